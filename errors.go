@@ -1,0 +1,155 @@
+package streamwal
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is the stable identity of an error kind. Codes travel in request-reply
+// headers unchanged, so a client can tell a retriable error from a final one
+// after the hop; their spelling is part of the wire protocol.
+type Code string
+
+// The error codes of DESIGN.md §6.
+const (
+	// CodeInvalidArgument: a bad name, size, type or option; nothing changed.
+	CodeInvalidArgument Code = "INVALID_ARGUMENT"
+	// CodeNotOwned: the channel is not owned by the callee (or is being
+	// assigned); retry after the assignment settles.
+	CodeNotOwned Code = "CHANNEL_NOT_OWNED"
+	// CodeTermMismatch: the caller's term does not match the owner's.
+	CodeTermMismatch Code = "UNMATCHED_CHANNEL_TERM"
+	// CodeFenced: a newer owner fenced this writer; it will never write again.
+	CodeFenced Code = "CHANNEL_FENCED"
+	// CodeUnknownOutcome: the write may or may not have landed.
+	CodeUnknownOutcome Code = "UNKNOWN_OUTCOME"
+	// CodeTxnNotFound: no open transaction with that ID.
+	CodeTxnNotFound Code = "TXN_NOT_FOUND"
+	// CodeTxnExpired: the transaction's keepalive ran out.
+	CodeTxnExpired Code = "TXN_EXPIRED"
+	// CodeTxnInvalidState: the transaction was already committed or rolled
+	// back, or the operation does not fit its VChannel or state.
+	CodeTxnInvalidState Code = "TXN_INVALID_STATE"
+	// CodeLifecycle: the message breaks the collection, partition or segment
+	// lifecycle (for example DML before CreateCollection).
+	CodeLifecycle Code = "LIFECYCLE_VIOLATION"
+	// CodeResourceBusy: a lock or resource key is held by someone else.
+	CodeResourceBusy Code = "RESOURCE_ACQUIRED"
+	// CodeNotPrimary: a replicated write reached a primary cluster, or the
+	// operation needs a primary.
+	CodeNotPrimary Code = "NOT_PRIMARY"
+	// CodeNotSecondary: a non-replicated write reached a secondary cluster.
+	CodeNotSecondary Code = "NOT_SECONDARY"
+	// CodeUnavailable: nobody answered (no responder, timeout); retriable.
+	CodeUnavailable Code = "UNAVAILABLE"
+	// CodeRateLimited: rejected by a rate limit; retriable.
+	CodeRateLimited Code = "RATE_LIMITED"
+	// CodeShuttingDown: the callee is shutting down; retry elsewhere.
+	CodeShuttingDown Code = "ON_SHUTDOWN"
+	// CodeClosed: the local object (writer, scanner, client) was closed.
+	CodeClosed Code = "CLOSED"
+	// CodeUnrecoverable: the operation can never succeed.
+	CodeUnrecoverable Code = "UNRECOVERABLE"
+	// CodeInternal: a bug or an unexpected failure.
+	CodeInternal Code = "INTERNAL"
+)
+
+// retriable lists the codes whose operation may succeed if repeated later.
+var retriable = map[Code]bool{
+	CodeNotOwned:     true,
+	CodeTermMismatch: true,
+	CodeUnavailable:  true,
+	CodeRateLimited:  true,
+	CodeShuttingDown: true,
+	CodeResourceBusy: true,
+}
+
+// Retriable reports whether an operation that failed with code may succeed
+// when repeated, possibly against another owner.
+func (c Code) Retriable() bool { return retriable[c] }
+
+// Error is the typed error of streamwal. errors.Is matches two Errors by code,
+// so a sentinel such as [ErrFenced] matches every fenced error whatever its
+// message; the wrapped cause stays reachable through errors.Unwrap.
+type Error struct {
+	Code    Code
+	Message string
+	cause   error
+}
+
+// Errorf returns an *Error with the given code and formatted message. A %w
+// verb in format wraps its operand as the cause.
+func Errorf(code Code, format string, args ...any) *Error {
+	wrapped := fmt.Errorf(format, args...)
+	return &Error{Code: code, Message: wrapped.Error(), cause: errors.Unwrap(wrapped)}
+}
+
+// Error renders "CODE: message".
+func (e *Error) Error() string {
+	if e.Message == "" {
+		return string(e.Code)
+	}
+	return string(e.Code) + ": " + e.Message
+}
+
+// Is matches any *Error of the same code.
+func (e *Error) Is(target error) bool {
+	var t *Error
+	if !errors.As(target, &t) {
+		return false
+	}
+	return t.Code == e.Code
+}
+
+// Unwrap returns the cause, if any.
+func (e *Error) Unwrap() error { return e.cause }
+
+// Retriable reports whether the failed operation may succeed if repeated.
+func (e *Error) Retriable() bool { return e.Code.Retriable() }
+
+// CodeOf returns the code of the first *Error in err's chain, CodeInternal
+// for any other non-nil error, and "" for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return CodeInternal
+}
+
+// IsRetriable reports whether err carries a retriable code.
+func IsRetriable(err error) bool { return CodeOf(err).Retriable() }
+
+// Sentinels for errors.Is; each matches every error of its code.
+var (
+	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}
+	ErrNotOwned        = &Error{Code: CodeNotOwned}
+	ErrTermMismatch    = &Error{Code: CodeTermMismatch}
+	ErrFenced          = &Error{Code: CodeFenced}
+	ErrUnknownOutcome  = &Error{Code: CodeUnknownOutcome}
+	ErrTxnNotFound     = &Error{Code: CodeTxnNotFound}
+	ErrTxnExpired      = &Error{Code: CodeTxnExpired}
+	ErrTxnInvalidState = &Error{Code: CodeTxnInvalidState}
+	ErrLifecycle       = &Error{Code: CodeLifecycle}
+	ErrResourceBusy    = &Error{Code: CodeResourceBusy}
+	ErrNotPrimary      = &Error{Code: CodeNotPrimary}
+	ErrNotSecondary    = &Error{Code: CodeNotSecondary}
+	ErrUnavailable     = &Error{Code: CodeUnavailable}
+	ErrRateLimited     = &Error{Code: CodeRateLimited}
+	ErrShuttingDown    = &Error{Code: CodeShuttingDown}
+	ErrClosed          = &Error{Code: CodeClosed}
+	ErrUnrecoverable   = &Error{Code: CodeUnrecoverable}
+	ErrInternal        = &Error{Code: CodeInternal}
+)
+
+// ErrInvalidName is the cause of every invalid-name error; such errors also
+// match [ErrInvalidArgument].
+var ErrInvalidName = errors.New("invalid name")
+
+// invalidName builds the error for a rejected name.
+func invalidName(kind, name, why string) error {
+	return Errorf(CodeInvalidArgument, "%w: %s %q: %s", ErrInvalidName, kind, name, why)
+}

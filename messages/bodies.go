@@ -1,0 +1,124 @@
+package messages
+
+import "encoding/json"
+
+// JSON bodies of the built-in types that the WAL itself interprets. Other
+// types (DML, index, database, RBAC, resource-group messages and application
+// types) carry the caller's bytes untouched.
+
+// TimeTickBody is the body of a persisted TimeTick message. Its value is the
+// message's own TimeTick header.
+type TimeTickBody struct{}
+
+// RecoveryBarrierBody is the body of the barrier a node appends when it opens
+// a PChannel for writing.
+type RecoveryBarrierBody struct {
+	// Term is the ownership term the writer opened under.
+	Term uint64 `json:"term"`
+	// Node identifies the writer.
+	Node string `json:"node,omitempty"`
+}
+
+// CreateSegmentBody opens a growing segment before its first insert.
+type CreateSegmentBody struct {
+	CollectionID int64 `json:"collection_id"`
+	PartitionID  int64 `json:"partition_id"`
+	SegmentID    int64 `json:"segment_id"`
+}
+
+// FlushBody seals and flushes growing segments.
+type FlushBody struct {
+	CollectionID int64   `json:"collection_id"`
+	SegmentIDs   []int64 `json:"segment_ids"`
+	// Reason names the seal policy that fired (size, rows, lifetime, idle,
+	// manual, lifecycle).
+	Reason string `json:"reason,omitempty"`
+}
+
+// ManualFlushBody asks the node to seal every growing segment of a
+// collection's VChannel.
+type ManualFlushBody struct {
+	CollectionID int64 `json:"collection_id"`
+}
+
+// BeginTxnBody opens a transaction; the TxnContext header carries its ID and
+// keepalive.
+type BeginTxnBody struct{}
+
+// CommitTxnBody commits a transaction.
+type CommitTxnBody struct{}
+
+// RollbackTxnBody rolls a transaction back.
+type RollbackTxnBody struct{}
+
+// CollectionRef names a collection in lifecycle bodies.
+type CollectionRef struct {
+	DBName         string `json:"db_name"`
+	CollectionName string `json:"collection_name"`
+	CollectionID   int64  `json:"collection_id"`
+}
+
+// CreateCollectionBody creates a collection on its VChannels.
+type CreateCollectionBody struct {
+	CollectionRef
+	// PartitionIDs are the partitions the collection starts with.
+	PartitionIDs []int64 `json:"partition_ids,omitempty"`
+	// VChannels are the names of the collection's shards.
+	VChannels []string `json:"vchannels"`
+	// Schema is the application's schema document, kept verbatim.
+	Schema json.RawMessage `json:"schema,omitempty"`
+}
+
+// DropCollectionBody drops a collection; nothing of it may follow.
+type DropCollectionBody struct {
+	CollectionRef
+}
+
+// AlterCollectionBody changes a collection's schema or properties.
+type AlterCollectionBody struct {
+	CollectionRef
+	SchemaVersion uint64            `json:"schema_version,omitempty"`
+	Schema        json.RawMessage   `json:"schema,omitempty"`
+	Properties    map[string]string `json:"properties,omitempty"`
+}
+
+// TruncateCollectionBody removes a collection's data but keeps it.
+type TruncateCollectionBody struct {
+	CollectionRef
+}
+
+// PartitionBody creates or drops a partition.
+type PartitionBody struct {
+	CollectionRef
+	PartitionID   int64  `json:"partition_id"`
+	PartitionName string `json:"partition_name,omitempty"`
+}
+
+// FlushAllBody asks every PChannel to seal all growing segments.
+type FlushAllBody struct{}
+
+// AlterWALBody changes WAL-level settings cluster-wide.
+type AlterWALBody struct {
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// ReplicateRole is a cluster's role in the replication star.
+type ReplicateRole string
+
+// Replication roles.
+const (
+	RolePrimary   ReplicateRole = "primary"
+	RoleSecondary ReplicateRole = "secondary"
+)
+
+// ReplicateMember is one cluster of the replication topology.
+type ReplicateMember struct {
+	Cluster string        `json:"cluster"`
+	URL     string        `json:"url,omitempty"`
+	Role    ReplicateRole `json:"role"`
+}
+
+// AlterReplicateConfigBody sets the replication topology.
+type AlterReplicateConfigBody struct {
+	Members []ReplicateMember `json:"members"`
+}

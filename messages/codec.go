@@ -1,0 +1,126 @@
+package messages
+
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/streamwal/streamwal"
+)
+
+// DefaultMaxPayload is the payload limit of a codec that sets none.
+const DefaultMaxPayload = 1 << 20
+
+// Codec builds messages and converts them to and from NATS messages for one
+// cluster, with one registry and one payload limit. A Codec is safe for
+// concurrent use.
+type Codec struct {
+	cluster    streamwal.Cluster
+	reg        *Registry
+	maxPayload int
+}
+
+// CodecOption configures a Codec.
+type CodecOption func(*Codec)
+
+// WithMaxPayload sets the payload limit in bytes (default 1 MiB).
+func WithMaxPayload(n int) CodecOption { return func(c *Codec) { c.maxPayload = n } }
+
+// NewCodec returns a codec for cluster. A nil registry means the built-ins.
+func NewCodec(cluster streamwal.Cluster, reg *Registry, opts ...CodecOption) (*Codec, error) {
+	if _, err := streamwal.ParseCluster(string(cluster)); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		reg = NewRegistry()
+	}
+	c := &Codec{cluster: cluster, reg: reg, maxPayload: DefaultMaxPayload}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.maxPayload <= 0 {
+		return nil, invalid("max payload %d must be positive", c.maxPayload)
+	}
+	return c, nil
+}
+
+// Cluster returns the codec's cluster.
+func (c *Codec) Cluster() streamwal.Cluster { return c.cluster }
+
+// Registry returns the codec's registry.
+func (c *Codec) Registry() *Registry { return c.reg }
+
+// MaxPayload returns the payload limit.
+func (c *Codec) MaxPayload() int { return c.maxPayload }
+
+// Subject returns the NATS subject of a message.
+func (c *Codec) Subject(m *MutableMessage) string {
+	if m.h.VChannel.IsZero() {
+		return c.cluster.PChannelSubject(m.h.PChannel, m.typ.Token)
+	}
+	return c.cluster.VChannelSubject(m.h.VChannel, m.typ.Token)
+}
+
+// Encode converts a mutable message into a NATS message for publishing.
+func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
+	if !c.reg.Has(m.typ) {
+		return nil, wrapInvalid(ErrUnknownType, "%s is not in this codec's registry", m.typ)
+	}
+	if len(m.payload) > c.maxPayload {
+		return nil, wrapInvalid(ErrPayloadTooLarge, "%d bytes exceeds %d", len(m.payload), c.maxPayload)
+	}
+	msg := nats.NewMsg(c.Subject(m))
+	encodeHeader(msg.Header, m.typ, &m.h)
+	msg.Data = m.payload
+	return msg, nil
+}
+
+// Decode converts a stored NATS message and its stream sequence into an
+// immutable message. Malformed input is an error, never a panic.
+func (c *Codec) Decode(msg *nats.Msg, id MessageID) (*ImmutableMessage, error) {
+	m, err := c.DecodeMutable(msg)
+	if err != nil {
+		return nil, err
+	}
+	if id == 0 {
+		return nil, invalid("message id 0 is not a stored message")
+	}
+	return m.Freeze(id), nil
+}
+
+// DecodeMutable converts a NATS message (for example one carried in an
+// append request) into a mutable message, checking that subject and headers
+// agree.
+func (c *Codec) DecodeMutable(msg *nats.Msg) (*MutableMessage, error) {
+	if msg == nil {
+		return nil, wrapInvalid(ErrMalformed, "nil message")
+	}
+	addr, err := c.cluster.ParseSubject(msg.Subject)
+	if err != nil {
+		return nil, wrapInvalid(ErrMalformed, "subject: %v", err)
+	}
+	t, h, err := decodeHeader(c.reg, msg.Header)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAddress(addr, t, &h); err != nil {
+		return nil, err
+	}
+	if err := checkBody(t, msg.Data); err != nil {
+		return nil, err
+	}
+	return &MutableMessage{typ: t, h: h, payload: msg.Data}, nil
+}
+
+// checkAddress verifies that the subject and the headers agree.
+func checkAddress(addr streamwal.Address, t *Type, h *Header) error {
+	switch {
+	case addr.Type != t.Token:
+		return wrapInvalid(ErrMalformed, "subject type %q but header type %s", addr.Type, t.Name)
+	case addr.PChannel != h.PChannel:
+		return wrapInvalid(ErrMalformed, "subject pchannel %s but header %s", addr.PChannel, h.PChannel)
+	case addr.VChannel != h.VChannel:
+		return wrapInvalid(ErrMalformed, "subject vchannel %q but header %q", addr.VChannel, h.VChannel)
+	case t.Dispatch.PChannelLevel() != h.VChannel.IsZero():
+		return wrapInvalid(ErrBadTarget, "type %s is dispatched %s", t.Name, t.Dispatch)
+	}
+	return nil
+}

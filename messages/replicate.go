@@ -1,0 +1,65 @@
+package messages
+
+import (
+	"github.com/streamwal/streamwal"
+)
+
+// NewReplicate turns an immutable message of another cluster into a mutable
+// message for this cluster's WAL: same type, payload and writer-supplied
+// properties, retargeted to the channel with the same index here, with the
+// source identity kept in a ReplicateHeader. The WAL assigns it a new
+// TimeTick. Unreplicable messages, synthetic ones and messages of this very
+// cluster are refused.
+func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
+	switch {
+	case src == nil:
+		return nil, wrapInvalid(ErrMalformed, "nil source message")
+	case source == c.cluster:
+		return nil, wrapInvalid(ErrBadTarget, "cannot replicate cluster %s into itself", source)
+	case src.h.Unreplicable || src.typ.Is(FlagUnreplicable) || src.typ.Is(FlagSynthetic):
+		return nil, wrapInvalid(ErrBadTarget, "message %d of type %s is not replicable", src.id, src.typ.Name)
+	case src.h.Replicate != nil:
+		return nil, wrapInvalid(ErrBadTarget, "message %d is already a replica", src.id)
+	case !c.reg.Has(src.typ):
+		return nil, wrapInvalid(ErrUnknownType, "%s is not in this codec's registry", src.typ.Name)
+	}
+	h := src.h.clone()
+	h.PChannel = target
+	if !src.h.VChannel.IsZero() {
+		v, err := retarget(src.h.VChannel, target)
+		if err != nil {
+			return nil, err
+		}
+		h.VChannel = v
+	}
+	h.Replicate = &ReplicateHeader{Cluster: source, MessageID: src.id, TimeTick: src.h.TimeTick, LastConfirmed: src.h.LastConfirmed}
+	h.TimeTick, h.LastConfirmed, h.Term = 0, 0, 0
+	h.MsgID = "rep-" + string(source) + "-" + src.h.PChannel.String() + "-" + src.id.String()
+	return &MutableMessage{typ: src.typ, h: h, payload: src.payload}, nil
+}
+
+// retarget moves a VChannel onto another PChannel, keeping its suffix.
+func retarget(v streamwal.VChannel, p streamwal.PChannel) (streamwal.VChannel, error) {
+	if v.IsControl() {
+		return p.CChannel(), nil
+	}
+	return p.VChannel(v.CollectionID(), v.Shard())
+}
+
+// Replicate returns the replicate header, or nil.
+func (m *ImmutableMessage) Replicate() *ReplicateHeader {
+	if m.h.Replicate == nil {
+		return nil
+	}
+	r := *m.h.Replicate
+	return &r
+}
+
+// Broadcast returns the broadcast header, or nil.
+func (m *ImmutableMessage) Broadcast() *BroadcastHeader {
+	if m.h.Broadcast == nil {
+		return nil
+	}
+	b := m.h.Broadcast.clone()
+	return &b
+}

@@ -1,0 +1,239 @@
+package streamwal
+
+import (
+	"strings"
+)
+
+// This file is the only place in the code base that names NATS subjects,
+// streams, KV buckets and object stores. See the package doc for the layout.
+
+// Subject roots. The stream of a PChannel captures "wal.<c>.<p>.>"; the api
+// and live roots are never captured by any stream.
+const (
+	walRoot  = "wal"
+	apiRoot  = "walapi"
+	liveRoot = "wallive"
+	// StreamPrefix starts the name of every PChannel stream.
+	StreamPrefix = "WAL_"
+	// scopeV and scopeP separate VChannel-scoped from PChannel-level subjects.
+	scopeV = "v"
+	scopeP = "p"
+)
+
+// MaxTokenLen bounds a message type's subject token.
+const MaxTokenLen = 48
+
+// Token is a validated subject token for a message type: 1 to 48 lower-case
+// ASCII letters, digits or '_', starting with a letter ("insert",
+// "createcollection"). The message registry derives one per type.
+type Token string
+
+// ParseToken validates a type token.
+func ParseToken(s string) (Token, error) {
+	if s == "" || len(s) > MaxTokenLen {
+		return "", invalidName("type token", s, "must be 1 to 48 bytes")
+	}
+	if s[0] < 'a' || s[0] > 'z' {
+		return "", invalidName("type token", s, "must start with a lower-case letter")
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_') {
+			return "", invalidName("type token", s, "only lower-case letters, digits and '_' are allowed")
+		}
+	}
+	return Token(s), nil
+}
+
+// StreamName is the JetStream stream of p: "WAL_<c>_<p>".
+func (c Cluster) StreamName(p PChannel) string {
+	return StreamPrefix + string(c) + "_" + p.String()
+}
+
+// ParseStreamName returns the PChannel of one of c's stream names.
+func (c Cluster) ParseStreamName(name string) (PChannel, error) {
+	prefix := StreamPrefix + string(c) + "_"
+	if !strings.HasPrefix(name, prefix) {
+		return PChannel{}, invalidName("stream", name, "want "+prefix+"<pchannel>")
+	}
+	return ParsePChannel(name[len(prefix):])
+}
+
+// StreamSubjects are the subjects the stream of p captures.
+func (c Cluster) StreamSubjects(p PChannel) []string {
+	return []string{c.pchannelRoot(p) + ".>"}
+}
+
+func (c Cluster) pchannelRoot(p PChannel) string {
+	return walRoot + "." + string(c) + "." + p.String()
+}
+
+// VChannelSubject is the subject of a message of type t scoped to v:
+// "wal.<c>.<p>.v.<suffix>.<t>".
+func (c Cluster) VChannelSubject(v VChannel, t Token) string {
+	return c.pchannelRoot(v.PChannel()) + "." + scopeV + "." + v.Suffix() + "." + string(t)
+}
+
+// PChannelSubject is the subject of a PChannel-level message of type t (time
+// ticks, barriers, cluster barriers): "wal.<c>.<p>.p.<t>".
+func (c Cluster) PChannelSubject(p PChannel, t Token) string {
+	return c.pchannelRoot(p) + "." + scopeP + "." + string(t)
+}
+
+// VChannelFilter is what a reader of v subscribes to: v's own subjects plus
+// the PChannel-level subjects of its PChannel.
+func (c Cluster) VChannelFilter(v VChannel) []string {
+	root := c.pchannelRoot(v.PChannel())
+	return []string{root + "." + scopeV + "." + v.Suffix() + ".*", root + "." + scopeP + ".*"}
+}
+
+// PChannelFilter is what a reader of every message of p subscribes to.
+func (c Cluster) PChannelFilter(p PChannel) []string {
+	return c.StreamSubjects(p)
+}
+
+// TypeFilter matches messages of type t on every VChannel of every PChannel
+// of c: "wal.<c>.*.v.*.<t>".
+func (c Cluster) TypeFilter(t Token) string {
+	return walRoot + "." + string(c) + ".*." + scopeV + ".*." + string(t)
+}
+
+// Address is what a stored subject says about its message.
+type Address struct {
+	PChannel PChannel
+	// VChannel is zero for a PChannel-level message.
+	VChannel VChannel
+	Type     Token
+}
+
+// ParseSubject decodes a stored message subject of cluster c.
+func (c Cluster) ParseSubject(subject string) (Address, error) {
+	parts := strings.Split(subject, ".")
+	if len(parts) < 5 || parts[0] != walRoot || parts[1] != string(c) {
+		return Address{}, invalidName("subject", subject, "want wal."+string(c)+".<pchannel>.{v.<vchannel>|p}.<type>")
+	}
+	p, err := ParsePChannel(parts[2])
+	if err != nil {
+		return Address{}, err
+	}
+	switch {
+	case parts[3] == scopeP && len(parts) == 5:
+		t, err := ParseToken(parts[4])
+		return Address{PChannel: p, Type: t}, err
+	case parts[3] == scopeV && len(parts) == 6:
+		v, err := p.parseSuffix(parts[4])
+		if err != nil {
+			return Address{}, err
+		}
+		t, err := ParseToken(parts[5])
+		return Address{PChannel: p, VChannel: v, Type: t}, err
+	}
+	return Address{}, invalidName("subject", subject, "want a .v.<vchannel>.<type> or .p.<type> scope")
+}
+
+// LiveTickSubject carries the non-persisted time ticks of p on core NATS.
+func (c Cluster) LiveTickSubject(p PChannel) string {
+	return liveRoot + "." + string(c) + "." + p.String() + ".tick"
+}
+
+// AppendSubject is the request subject for appends to p, answered only by
+// p's current owner.
+func (c Cluster) AppendSubject(p PChannel) string {
+	return apiRoot + "." + string(c) + ".append." + p.String()
+}
+
+// CoordOp names a coordinator request.
+type CoordOp string
+
+// The coordinator's requests.
+const (
+	CoordTSO          CoordOp = "tso"
+	CoordBroadcast    CoordOp = "broadcast"
+	CoordBroadcastAck CoordOp = "broadcast-ack"
+	CoordAllocate     CoordOp = "allocate"
+	CoordRelease      CoordOp = "release"
+	CoordBalance      CoordOp = "balance"
+	CoordStatus       CoordOp = "status"
+)
+
+// CoordSubject is the request subject of a coordinator operation, answered
+// by the active coordinator.
+func (c Cluster) CoordSubject(op CoordOp) string {
+	return apiRoot + "." + string(c) + ".coord." + string(op)
+}
+
+// NodeID is a validated StreamingNode identity (same rules as a cluster
+// name, up to 64 bytes).
+type NodeID string
+
+// MaxNodeIDLen bounds a node ID.
+const MaxNodeIDLen = 64
+
+// ParseNodeID validates a node ID.
+func ParseNodeID(s string) (NodeID, error) {
+	if err := checkWord("node id", s, MaxNodeIDLen); err != nil {
+		return "", err
+	}
+	return NodeID(s), nil
+}
+
+// NodeOp names a request answered by one node.
+type NodeOp string
+
+// The node's requests.
+const (
+	NodeOpen   NodeOp = "open"
+	NodeClose  NodeOp = "close"
+	NodeStatus NodeOp = "status"
+)
+
+// NodeSubject is the request subject of an operation on one node.
+func (c Cluster) NodeSubject(n NodeID, op NodeOp) string {
+	return apiRoot + "." + string(c) + ".node." + string(n) + "." + string(op)
+}
+
+// APIWildcard matches every request subject of c (for permissions).
+func (c Cluster) APIWildcard() string { return apiRoot + "." + string(c) + ".>" }
+
+// WALWildcard matches every stored subject of c (for permissions).
+func (c Cluster) WALWildcard() string { return walRoot + "." + string(c) + ".>" }
+
+// Bucket names one of the cluster's KV buckets.
+type Bucket string
+
+// The KV buckets of a cluster.
+const (
+	// BucketLeader holds the coordinator lease.
+	BucketLeader Bucket = "leader"
+	// BucketTSO holds the timestamp oracle's persisted upper bound.
+	BucketTSO Bucket = "tso"
+	// BucketNodes is the node registry (per-key TTL heartbeats).
+	BucketNodes Bucket = "nodes"
+	// BucketAssignments is the versioned PChannel assignment view.
+	BucketAssignments Bucket = "assignments"
+	// BucketVChannels is the VChannel allocation and the CChannel placement.
+	BucketVChannels Bucket = "vchannels"
+	// BucketBroadcast holds broadcast tasks and tombstones.
+	BucketBroadcast Bucket = "broadcast"
+	// BucketCheckpoints holds the recovery checkpoints of PChannels.
+	BucketCheckpoints Bucket = "checkpoints"
+	// BucketReplication holds the replication topology and checkpoints.
+	BucketReplication Bucket = "replication"
+)
+
+// Buckets lists every KV bucket of a cluster.
+var Buckets = []Bucket{BucketLeader, BucketTSO, BucketNodes, BucketAssignments,
+	BucketVChannels, BucketBroadcast, BucketCheckpoints, BucketReplication}
+
+// BucketName is the KV bucket name "wal_<c>_<b>".
+func (c Cluster) BucketName(b Bucket) string {
+	return walRoot + "_" + string(c) + "_" + string(b)
+}
+
+// ObjectStoreSegments names the object store of flushed segment data.
+const ObjectStoreSegments = "segments"
+
+// ObjectStoreName is the object store bucket "wal_<c>_<name>".
+func (c Cluster) ObjectStoreName(name string) string {
+	return walRoot + "_" + string(c) + "_" + name
+}
