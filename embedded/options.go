@@ -1,0 +1,167 @@
+package embedded
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// ErrInvalidOptions is returned (wrapped) by [Options.Validate],
+// [ClusterOptions.Validate], [Start] and [StartCluster] when the options are
+// invalid. Test for it with errors.Is.
+var ErrInvalidOptions = errors.New("embedded: invalid options")
+
+// Defaults applied to zero-valued [Options] fields.
+const (
+	// DefaultHost is the listen address used when Options.Host is empty.
+	DefaultHost = "127.0.0.1"
+	// DefaultMaxPayload is the maximum message payload (8 MiB) used when
+	// Options.MaxPayload is zero. It leaves ample room for a 1 MiB record plus
+	// headers and is the largest value nats-server accepts without warning.
+	DefaultMaxPayload = 8 << 20
+	// MaxMaxPayload is the largest accepted Options.MaxPayload (64 MiB, the
+	// nats-server per-client pending limit a payload must not exceed).
+	MaxMaxPayload = 64 << 20
+	// DefaultStartTimeout bounds how long [Start] waits for the server to
+	// become ready when Options.StartTimeout is zero.
+	DefaultStartTimeout = 10 * time.Second
+)
+
+// Options configures an embedded server. The zero value of every field
+// except StoreDir selects a documented default.
+type Options struct {
+	// StoreDir is the directory JetStream keeps its file storage in
+	// (nats-server creates a "jetstream" subdirectory). Required: an empty
+	// StoreDir is an error, never silently a temporary directory. Reuse the
+	// same directory to recover the data of a previous run.
+	StoreDir string
+
+	// Host is the IP address or host name to listen on for clients.
+	// Default "127.0.0.1" ([DefaultHost]).
+	Host string
+
+	// Port is the client port. 0 picks a free port (the chosen port is then
+	// kept across [Server.Restart]); valid range 0..65535.
+	Port int
+
+	// SyncAlways makes JetStream fsync every write before acknowledging it
+	// (nats-server option SyncAlways, configuration "sync_interval: always").
+	// When false, writes reach the operating system before the ack and are
+	// fsynced every two minutes: acknowledged data survives a process crash
+	// but not a machine crash. See the package documentation.
+	SyncAlways bool
+
+	// ServerName is the nats-server name. Default "streamwal-" plus random
+	// hex digits. Must not contain whitespace.
+	ServerName string
+
+	// MaxPayload is the maximum payload of a single message in bytes.
+	// Default 8 MiB ([DefaultMaxPayload]); at most 64 MiB ([MaxMaxPayload]).
+	MaxPayload int
+
+	// JetStreamMaxMemory limits the bytes held by memory-storage streams.
+	// 0 lets nats-server choose (75% of system memory).
+	JetStreamMaxMemory int64
+
+	// JetStreamMaxStore limits the bytes held by file-storage streams.
+	// 0 lets nats-server choose (75% of the free space of StoreDir's disk).
+	JetStreamMaxStore int64
+
+	// StartTimeout bounds how long [Start] and [Server.Restart] wait for the
+	// server to accept connections with JetStream enabled. Default 10 s
+	// ([DefaultStartTimeout]).
+	StartTimeout time.Duration
+
+	// Logger receives nats-server's log output with the field
+	// component=nats-server. The zero value means zerolog.Nop(). nats-server
+	// debug and trace output is enabled when the logger's level allows it.
+	Logger zerolog.Logger
+}
+
+// Validate reports whether o is usable by [Start]. Zero values that select a
+// default are valid. The returned error wraps [ErrInvalidOptions].
+func (o Options) Validate() error {
+	if o.StoreDir == "" {
+		return invalid("StoreDir is required")
+	}
+	if err := validateHost(o.Host); err != nil {
+		return err
+	}
+	if o.Port < 0 || o.Port > 65535 {
+		return invalid("Port %d out of range 0..65535", o.Port)
+	}
+	if strings.ContainsAny(o.ServerName, " \t\r\n") {
+		return invalid("ServerName %q contains whitespace", o.ServerName)
+	}
+	if o.MaxPayload < 0 || o.MaxPayload > MaxMaxPayload {
+		return invalid("MaxPayload %d out of range 0..%d", o.MaxPayload, MaxMaxPayload)
+	}
+	return o.validateLimits()
+}
+
+func (o Options) validateLimits() error {
+	if o.JetStreamMaxMemory < 0 {
+		return invalid("JetStreamMaxMemory %d is negative", o.JetStreamMaxMemory)
+	}
+	if o.JetStreamMaxStore < 0 {
+		return invalid("JetStreamMaxStore %d is negative", o.JetStreamMaxStore)
+	}
+	if o.StartTimeout < 0 {
+		return invalid("StartTimeout %s is negative", o.StartTimeout)
+	}
+	return nil
+}
+
+func validateHost(host string) error {
+	if host == "" {
+		return nil
+	}
+	if strings.ContainsAny(host, " \t\r\n/") {
+		return invalid("Host %q is not an IP address or host name", host)
+	}
+	if _, _, err := net.SplitHostPort(host); err == nil {
+		return invalid("Host %q must not include a port", host)
+	}
+	if strings.Contains(host, ":") && net.ParseIP(host) == nil {
+		return invalid("Host %q is not an IP address or host name", host)
+	}
+	return nil
+}
+
+// withDefaults returns a copy of o with every zero-valued field replaced by
+// its default.
+func (o Options) withDefaults() Options {
+	if o.Host == "" {
+		o.Host = DefaultHost
+	}
+	if o.ServerName == "" {
+		o.ServerName = "streamwal-" + randomHex(6)
+	}
+	if o.MaxPayload == 0 {
+		o.MaxPayload = DefaultMaxPayload
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = DefaultStartTimeout
+	}
+	if reflect.ValueOf(o.Logger).IsZero() {
+		o.Logger = zerolog.Nop()
+	}
+	return o
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalidOptions}, args...)...)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b) // crypto/rand.Read never returns an error.
+	return hex.EncodeToString(b)
+}
