@@ -120,28 +120,31 @@ func ParsePChannel(name string) (PChannel, error) {
 	if cut < 0 {
 		return PChannel{}, invalidName("pchannel", name, "want <prefix>-<index>")
 	}
-	index, err := parseDecimal(name[cut+1:])
+	digits := name[cut+1:]
+	index, err := parseDecimal(digits)
 	if err != nil {
 		return PChannel{}, invalidName("pchannel", name, "index: "+err.Error())
 	}
-	return NewPChannel(name[:cut], index)
+	if index >= MaxPChannels {
+		return PChannel{}, invalidName("pchannel", name, "index "+strconv.Quote(digits)+" must be in [0, "+strconv.Itoa(MaxPChannels)+")")
+	}
+	return NewPChannel(name[:cut], int(index))
 }
 
-// parseDecimal parses a canonical non-negative decimal int: digits only, no
-// sign, no leading zero (except "0" itself), at most 18 digits.
-func parseDecimal(s string) (int, error) {
-	if s == "" || len(s) > 18 {
+// parseDecimal parses a canonical non-negative decimal int64: digits only,
+// no sign, no leading zero (except "0" itself), no overflow.
+func parseDecimal(s string) (int64, error) {
+	if s == "" || len(s) > 19 || (len(s) > 1 && s[0] == '0') {
 		return 0, errBadDecimal
 	}
-	if len(s) > 1 && s[0] == '0' {
-		return 0, errBadDecimal
-	}
-	n := 0
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, errBadDecimal
 		}
-		n = n*10 + int(s[i]-'0')
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, errBadDecimal
 	}
 	return n, nil
 }
@@ -203,9 +206,13 @@ func ParseVChannel(name string) (VChannel, error) {
 	}
 	p, err := ParsePChannel(name[:cut])
 	if err != nil {
-		return VChannel{}, err
+		return VChannel{}, Errorf(CodeInvalidArgument, "vchannel %q: %w", name, err)
 	}
-	return p.parseSuffix(name[cut+1:])
+	v, err := p.parseSuffix(name[cut+1:])
+	if err != nil {
+		return VChannel{}, Errorf(CodeInvalidArgument, "vchannel %q: %w", name, err)
+	}
+	return v, nil
 }
 
 // parseSuffix parses the part of a VChannel name after the PChannel.
@@ -225,7 +232,10 @@ func (p PChannel) parseSuffix(suffix string) (VChannel, error) {
 	if err != nil {
 		return VChannel{}, invalidName("vchannel suffix", suffix, "shard: "+err.Error())
 	}
-	return p.VChannel(int64(id), shard)
+	if shard >= MaxShards {
+		return VChannel{}, invalidName("vchannel suffix", suffix, "shard "+strconv.Quote(suffix[v+1:])+" must be in [0, "+strconv.Itoa(MaxShards)+")")
+	}
+	return p.VChannel(id, int(shard))
 }
 
 // PChannel returns the physical channel that carries v.

@@ -3,6 +3,7 @@ package streamwal
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is the stable identity of an error kind. Codes travel in request-reply
@@ -23,6 +24,9 @@ const (
 	CodeFenced Code = "CHANNEL_FENCED"
 	// CodeUnknownOutcome: the write may or may not have landed.
 	CodeUnknownOutcome Code = "UNKNOWN_OUTCOME"
+	// CodeDuplicate: the message ID was already stored by an earlier append;
+	// the message was not written again.
+	CodeDuplicate Code = "DUPLICATE_MESSAGE_ID"
 	// CodeTxnNotFound: no open transaction with that ID.
 	CodeTxnNotFound Code = "TXN_NOT_FOUND"
 	// CodeTxnExpired: the transaction's keepalive ran out.
@@ -81,7 +85,18 @@ type Error struct {
 // verb in format wraps its operand as the cause.
 func Errorf(code Code, format string, args ...any) *Error {
 	wrapped := fmt.Errorf(format, args...)
-	return &Error{Code: code, Message: wrapped.Error(), cause: errors.Unwrap(wrapped)}
+	cause := errors.Unwrap(wrapped)
+	if _, multi := wrapped.(interface{ Unwrap() []error }); multi {
+		cause = wrapped
+	}
+	msg := wrapped.Error()
+	for _, a := range args {
+		// An inner *Error of the same code contributes its text only.
+		if inner, ok := a.(*Error); ok && inner != nil && inner.Code == code && inner.Message != "" {
+			msg = strings.Replace(msg, inner.Error(), inner.Message, 1)
+		}
+	}
+	return &Error{Code: code, Message: msg, cause: cause}
 }
 
 // Error renders "CODE: message".
@@ -95,7 +110,7 @@ func (e *Error) Error() string {
 // Is matches any *Error of the same code.
 func (e *Error) Is(target error) bool {
 	var t *Error
-	if !errors.As(target, &t) {
+	if !errors.As(target, &t) || t == nil {
 		return false
 	}
 	return t.Code == e.Code
@@ -130,6 +145,7 @@ var (
 	ErrTermMismatch    = &Error{Code: CodeTermMismatch}
 	ErrFenced          = &Error{Code: CodeFenced}
 	ErrUnknownOutcome  = &Error{Code: CodeUnknownOutcome}
+	ErrDuplicate       = &Error{Code: CodeDuplicate}
 	ErrTxnNotFound     = &Error{Code: CodeTxnNotFound}
 	ErrTxnExpired      = &Error{Code: CodeTxnExpired}
 	ErrTxnInvalidState = &Error{Code: CodeTxnInvalidState}

@@ -87,6 +87,18 @@ func (c Cluster) VChannelFilter(v VChannel) []string {
 	return []string{root + "." + scopeV + "." + v.Suffix() + ".*", root + "." + scopeP + ".*"}
 }
 
+// AllVChannelsFilter matches every VChannel-scoped message of p:
+// "wal.<c>.<p>.v.>".
+func (c Cluster) AllVChannelsFilter(p PChannel) string {
+	return c.pchannelRoot(p) + "." + scopeV + ".>"
+}
+
+// PChannelLevelFilter matches every PChannel-level message of p:
+// "wal.<c>.<p>.p.*".
+func (c Cluster) PChannelLevelFilter(p PChannel) string {
+	return c.pchannelRoot(p) + "." + scopeP + ".*"
+}
+
 // PChannelFilter is what a reader of every message of p subscribes to.
 func (c Cluster) PChannelFilter(p PChannel) []string {
 	return c.StreamSubjects(p)
@@ -106,8 +118,17 @@ type Address struct {
 	Type     Token
 }
 
-// ParseSubject decodes a stored message subject of cluster c.
+// ParseSubject decodes a stored message subject of cluster c. On error the
+// Address is zero.
 func (c Cluster) ParseSubject(subject string) (Address, error) {
+	a, err := c.parseSubject(subject)
+	if err != nil {
+		return Address{}, Errorf(CodeInvalidArgument, "subject %q: %w", subject, err)
+	}
+	return a, nil
+}
+
+func (c Cluster) parseSubject(subject string) (Address, error) {
 	parts := strings.Split(subject, ".")
 	if len(parts) < 5 || parts[0] != walRoot || parts[1] != string(c) {
 		return Address{}, invalidName("subject", subject, "want wal."+string(c)+".<pchannel>.{v.<vchannel>|p}.<type>")
