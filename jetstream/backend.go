@@ -1,0 +1,75 @@
+package jetstream
+
+import (
+	"context"
+	"iter"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// Backend is the WAL storage of PChannels.
+type Backend interface {
+	// OpenWriter provisions p's stream if needed and opens it for writing
+	// under term: it appends a RecoveryBarrier carrying the term,
+	// conditioned on the tail it saw, which fences every writer of an
+	// earlier term. A barrier of a term at or above term already in the
+	// stream is streamwal.ErrFenced.
+	OpenWriter(ctx context.Context, p streamwal.PChannel, term uint64, opts ...WriterOption) (Writer, error)
+	// Read returns a scanner over p from a start position, delivering the
+	// messages whose subjects match the filters (all of p's when empty).
+	Read(ctx context.Context, p streamwal.PChannel, opts ReadOptions) (Scanner, error)
+	// Truncate removes every message of p below id.
+	Truncate(ctx context.Context, p streamwal.PChannel, below messages.MessageID) error
+	// Close releases the backend; open writers and scanners keep working
+	// until closed themselves.
+	Close() error
+}
+
+// Writer appends to one PChannel under one term.
+type Writer interface {
+	// PChannel is the channel written.
+	PChannel() streamwal.PChannel
+	// Term is the ownership term the writer opened under.
+	Term() uint64
+	// Barrier is the RecoveryBarrier the writer appended when it opened.
+	Barrier() *messages.ImmutableMessage
+	// Append writes msgs atomically and contiguously, in order, and
+	// returns their MessageIDs. At most Options.MaxBatch messages.
+	Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]messages.MessageID, error)
+	// AppendAsync queues msgs and returns a future of their MessageIDs.
+	AppendAsync(ctx context.Context, msgs ...*messages.MutableMessage) *AppendFuture
+	// Done is closed when the writer stopped (closed, fenced or broken).
+	Done() <-chan struct{}
+	// Err says why the writer stopped: nil while it runs,
+	// streamwal.ErrClosed after Close, streamwal.ErrFenced when fenced.
+	Err() error
+	// Close stops the writer after the appends already queued are resolved.
+	Close() error
+}
+
+// Scanner delivers the messages of one PChannel in stream order.
+type Scanner interface {
+	// Next blocks for the next message, until ctx ends or the scanner is
+	// closed (streamwal.ErrClosed).
+	Next(ctx context.Context) (*messages.ImmutableMessage, error)
+	// All iterates until ctx ends, the scanner closes or an error occurs;
+	// the error, if any, is the last pair.
+	All(ctx context.Context) iter.Seq2[*messages.ImmutableMessage, error]
+	// Close stops the scanner.
+	Close() error
+}
+
+// ReadOptions configure a scanner.
+type ReadOptions struct {
+	Start StartPosition
+	// Filters are NATS subject filters (see streamwal.Cluster's
+	// VChannelFilter and PChannelFilter); empty means every message of the
+	// PChannel.
+	Filters []string
+}
+
+// invalidArg builds an invalid-argument error.
+func invalidArg(format string, args ...any) error {
+	return streamwal.Errorf(streamwal.CodeInvalidArgument, format, args...)
+}

@@ -1,0 +1,102 @@
+package jetstream
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// Future states: a request is queued until the sequencer takes it into a
+// batch, or until its waiter gives up first.
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateAbandoned
+)
+
+// AppendFuture is the pending result of an append.
+type AppendFuture struct {
+	msgs  []*nats.Msg
+	ids   []string
+	state atomic.Int32
+	done  chan struct{}
+	seqs  []messages.MessageID
+	err   error
+}
+
+// newFuture wraps encoded messages with their message IDs.
+func newFuture(msgs []*nats.Msg, ids []string) *AppendFuture {
+	return &AppendFuture{msgs: msgs, ids: ids, done: make(chan struct{})}
+}
+
+// failedFuture is a future that already failed.
+func failedFuture(err error) *AppendFuture {
+	f := &AppendFuture{done: make(chan struct{}), err: err}
+	close(f.done)
+	return f
+}
+
+// Done is closed when the result is known.
+func (f *AppendFuture) Done() <-chan struct{} { return f.done }
+
+// Result returns the MessageIDs or the error; valid once Done is closed.
+func (f *AppendFuture) Result() ([]messages.MessageID, error) { return f.seqs, f.err }
+
+// Wait blocks for the result. If ctx ends first and the sequencer has not
+// started the append, the append is abandoned (never written) and Wait
+// returns ctx's error; if it has started, Wait returns an error matching
+// streamwal.ErrUnknownOutcome.
+func (f *AppendFuture) Wait(ctx context.Context) ([]messages.MessageID, error) {
+	select {
+	case <-f.done:
+		return f.seqs, f.err
+	default:
+	}
+	select {
+	case <-f.done:
+		return f.seqs, f.err
+	case <-ctx.Done():
+		if f.state.CompareAndSwap(stateQueued, stateAbandoned) {
+			return nil, ctx.Err()
+		}
+		select {
+		case <-f.done:
+			return f.seqs, f.err
+		default:
+		}
+		return nil, streamwal.Errorf(streamwal.CodeUnknownOutcome, "append in flight when the wait ended: %w", ctx.Err())
+	}
+}
+
+// take marks the future as started; false if its waiter abandoned it.
+func (f *AppendFuture) take() bool {
+	return f.state.CompareAndSwap(stateQueued, stateTaken) || f.state.Load() == stateTaken
+}
+
+// resolve completes the future with the stream sequence of its first message.
+func (f *AppendFuture) resolve(first uint64) {
+	f.seqs = make([]messages.MessageID, len(f.msgs))
+	for i := range f.seqs {
+		f.seqs[i] = messages.MessageID(first + uint64(i))
+	}
+	close(f.done)
+}
+
+// resolveEach completes the future with one sequence per message.
+func (f *AppendFuture) resolveEach(seqs []uint64) {
+	f.seqs = make([]messages.MessageID, len(seqs))
+	for i, s := range seqs {
+		f.seqs[i] = messages.MessageID(s)
+	}
+	close(f.done)
+}
+
+// fail completes the future with an error.
+func (f *AppendFuture) fail(err error) {
+	f.err = err
+	close(f.done)
+}

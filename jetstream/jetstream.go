@@ -1,0 +1,216 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/logging"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// JetStream is the Backend on NATS JetStream. It is safe for concurrent use.
+type JetStream struct {
+	nc    *nats.Conn
+	js    njs.JetStream
+	codec *messages.Codec
+	opts  Options
+	log   zerolog.Logger
+
+	mu          sync.Mutex
+	provisioned map[streamwal.PChannel]bool
+	closed      bool
+}
+
+var _ Backend = (*JetStream)(nil)
+
+// New returns a backend that writes p's stream as codec.Cluster() names it,
+// over nc. The caller keeps ownership of nc.
+func New(nc *nats.Conn, codec *messages.Codec, opts Options) (*JetStream, error) {
+	if nc == nil || codec == nil {
+		return nil, invalidArg("jetstream backend needs a connection and a codec")
+	}
+	opts = opts.withDefaults(codec)
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	js, err := njs.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: %w", err)
+	}
+	return &JetStream{
+		nc: nc, js: js, codec: codec, opts: opts,
+		log:         logging.Component(opts.Logger, "wal-backend"),
+		provisioned: map[streamwal.PChannel]bool{},
+	}, nil
+}
+
+// Codec returns the backend's codec.
+func (b *JetStream) Codec() *messages.Codec { return b.codec }
+
+// Options returns the effective options.
+func (b *JetStream) Options() Options { return b.opts }
+
+// streamConfig is the configuration of p's stream.
+func (b *JetStream) streamConfig(p streamwal.PChannel) njs.StreamConfig {
+	c := b.codec.Cluster()
+	return njs.StreamConfig{
+		Name:               c.StreamName(p),
+		Description:        "streamwal PChannel " + p.String() + " of cluster " + string(c),
+		Subjects:           c.StreamSubjects(p),
+		Storage:            b.opts.storage(),
+		Replicas:           b.opts.Replicas,
+		Retention:          njs.LimitsPolicy,
+		Discard:            njs.DiscardNew,
+		MaxMsgs:            -1,
+		MaxBytes:           -1,
+		MaxAge:             0,
+		MaxMsgSize:         b.opts.MaxMsgSize,
+		Duplicates:         b.opts.DuplicateWindow,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
+		DenyDelete:         true,
+	}
+}
+
+// Provision creates p's stream, or updates it to the backend's options.
+// It is idempotent.
+func (b *JetStream) Provision(ctx context.Context, p streamwal.PChannel) error {
+	if err := b.checkOpen(p); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	done := b.provisioned[p]
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, b.streamConfig(p)); err != nil {
+		return classify(fmt.Errorf("provision stream of %s: %w", p, err))
+	}
+	b.mu.Lock()
+	b.provisioned[p] = true
+	b.mu.Unlock()
+	return nil
+}
+
+// checkOpen refuses a closed backend or a zero PChannel.
+func (b *JetStream) checkOpen(p streamwal.PChannel) error {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return streamwal.Errorf(streamwal.CodeClosed, "jetstream backend is closed")
+	}
+	if p.IsZero() {
+		return invalidArg("zero pchannel")
+	}
+	return nil
+}
+
+// Read returns an ordered-consumer scanner over p.
+func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOptions) (Scanner, error) {
+	if err := b.checkOpen(p); err != nil {
+		return nil, err
+	}
+	if err := opts.Start.validate(); err != nil {
+		return nil, err
+	}
+	if err := b.checkFilters(p, opts.Filters); err != nil {
+		return nil, err
+	}
+	if err := b.Provision(ctx, p); err != nil {
+		return nil, err
+	}
+	return newScanner(ctx, b, p, opts)
+}
+
+// checkFilters refuses filters outside p's subjects.
+func (b *JetStream) checkFilters(p streamwal.PChannel, filters []string) error {
+	root := b.codec.Cluster().StreamSubjects(p)[0]
+	prefix := root[:len(root)-1]
+	for _, f := range filters {
+		if len(f) <= len(prefix) || f[:len(prefix)] != prefix {
+			return invalidArg("filter %q is not a subject of %s (%s)", f, p, root)
+		}
+	}
+	return nil
+}
+
+// Truncate removes every message of p below id, except the newest
+// RecoveryBarrier, which fences earlier writers and must stay.
+func (b *JetStream) Truncate(ctx context.Context, p streamwal.PChannel, below messages.MessageID) error {
+	if err := b.checkOpen(p); err != nil {
+		return err
+	}
+	if below == 0 {
+		return invalidArg("truncate below message id 0")
+	}
+	if err := b.Provision(ctx, p); err != nil {
+		return err
+	}
+	s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+	if err != nil {
+		return classify(fmt.Errorf("truncate %s: %w", p, err))
+	}
+	for _, f := range b.truncateFilters(p) {
+		if err := s.Purge(ctx, njs.WithPurgeSubject(f), njs.WithPurgeSequence(uint64(below))); err != nil {
+			return classify(fmt.Errorf("truncate %s below %d (%s): %w", p, below, f, err))
+		}
+	}
+	if err := s.Purge(ctx, njs.WithPurgeSubject(b.barrierSubject(p)), njs.WithPurgeKeep(1)); err != nil {
+		return classify(fmt.Errorf("truncate old barriers of %s: %w", p, err))
+	}
+	return nil
+}
+
+// truncateFilters are the subjects truncation purges by sequence: every
+// VChannel subject and every PChannel-level type but the barrier.
+func (b *JetStream) truncateFilters(p streamwal.PChannel) []string {
+	c := b.codec.Cluster()
+	filters := []string{c.AllVChannelsFilter(p)}
+	for _, t := range b.codec.Registry().Types() {
+		if t.Dispatch.PChannelLevel() && t != messages.TypeRecoveryBarrier {
+			filters = append(filters, c.PChannelSubject(p, t.Token))
+		}
+	}
+	return filters
+}
+
+// barrierSubject is the subject of p's RecoveryBarriers.
+func (b *JetStream) barrierSubject(p streamwal.PChannel) string {
+	return b.codec.Cluster().PChannelSubject(p, messages.TypeRecoveryBarrier.Token)
+}
+
+// Close marks the backend closed; open writers and scanners are unaffected.
+func (b *JetStream) Close() error {
+	b.mu.Lock()
+	b.closed = true
+	b.mu.Unlock()
+	return nil
+}
+
+// classify maps NATS errors onto streamwal codes.
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, njs.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrConnectionClosed),
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		return streamwal.Errorf(streamwal.CodeUnavailable, "%w", err)
+	}
+	var se *streamwal.Error
+	if errors.As(err, &se) {
+		return err
+	}
+	return streamwal.Errorf(streamwal.CodeInternal, "%w", err)
+}

@@ -1,0 +1,147 @@
+package jetstream
+
+import (
+	"time"
+
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal/messages"
+)
+
+// Defaults of Options.
+const (
+	// DefaultMaxBatch is the server's limit on messages per atomic batch.
+	DefaultMaxBatch = 1000
+	// DefaultMaxInFlight is how many batches a writer keeps in flight; the
+	// server allows 50 per stream.
+	DefaultMaxInFlight = 4
+	// DefaultMaxInFlightMsgs bounds the messages a writer has in flight.
+	DefaultMaxInFlightMsgs = 4096
+	// DefaultGroupCommitMin is the group-commit threshold to use with a
+	// server that fsyncs before acknowledging: from about this many waiting
+	// messages on, one atomic batch (one fsync plus a fixed staging cost)
+	// beats as many fsynced plain publishes.
+	DefaultGroupCommitMin = 16
+	// DefaultAckTimeout bounds the wait for a batch's commit ack before the
+	// writer resolves the tail.
+	DefaultAckTimeout = 5 * time.Second
+	// DefaultDuplicateWindow is the stream's Nats-Msg-Id window.
+	DefaultDuplicateWindow = 2 * time.Minute
+	// headerAllowance is added to the payload limit for the stream's
+	// maximum message size.
+	headerAllowance = 64 << 10
+)
+
+// Options configure a JetStream backend and the streams it provisions.
+type Options struct {
+	// Replicas of each stream: 1 standalone (default), 3 on a NATS cluster.
+	Replicas int
+	// MemoryStorage keeps streams in memory instead of files (tests only).
+	MemoryStorage bool
+	// DuplicateWindow is how long the server remembers message IDs.
+	DuplicateWindow time.Duration
+	// MaxMsgSize is the stream's largest message, headers included; default
+	// the codec's payload limit plus 64 KiB.
+	MaxMsgSize int32
+	// MaxBatch bounds the messages of one atomic batch (and of one Append).
+	MaxBatch int
+	// MaxInFlight bounds the atomic batches a writer has in flight.
+	MaxInFlight int
+	// MaxInFlightMsgs bounds the messages a writer has in flight. With
+	// Replicas > 1 a writer keeps one unit in flight: the server refuses a
+	// second pending expectation on the barrier subject.
+	MaxInFlightMsgs int
+	// GroupCommitMin turns group commit on: when at least this many
+	// messages wait, the writer sends them (up to MaxBatch) as one atomic
+	// batch. Use it when the server fsyncs before acknowledging
+	// (SyncAlways), where one batch costs one fsync; see
+	// DefaultGroupCommitMin. Zero (the default) sends every append on its
+	// own, as a pipelined plain publish (one message) or atomic batch (a
+	// multi-message append), which is faster when the server does not fsync
+	// each write: an atomic batch has a fixed cost on file storage.
+	GroupCommitMin int
+	// AckTimeout bounds the wait for a batch's ack.
+	AckTimeout time.Duration
+	// Logger receives the backend's logs (default: none).
+	Logger zerolog.Logger
+}
+
+// withDefaults fills unset fields.
+func (o Options) withDefaults(codec *messages.Codec) Options {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.MaxMsgSize == 0 {
+		o.MaxMsgSize = int32(codec.MaxPayload() + headerAllowance)
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = DefaultMaxBatch
+	}
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	if o.MaxInFlightMsgs == 0 {
+		o.MaxInFlightMsgs = DefaultMaxInFlightMsgs
+	}
+	if o.AckTimeout == 0 {
+		o.AckTimeout = DefaultAckTimeout
+	}
+	return o
+}
+
+// validate checks filled options.
+func (o Options) validate() error {
+	switch {
+	case o.Replicas < 1 || o.Replicas > 5:
+		return invalidArg("replicas %d must be in [1, 5]", o.Replicas)
+	case o.DuplicateWindow < time.Second:
+		return invalidArg("duplicate window %v must be at least 1s", o.DuplicateWindow)
+	case o.MaxMsgSize < 1024:
+		return invalidArg("max message size %d must be at least 1 KiB", o.MaxMsgSize)
+	case o.MaxBatch < 1 || o.MaxBatch > DefaultMaxBatch:
+		return invalidArg("max batch %d must be in [1, %d]", o.MaxBatch, DefaultMaxBatch)
+	case o.MaxInFlight < 1 || o.MaxInFlight > 50:
+		return invalidArg("max in flight %d must be in [1, 50]", o.MaxInFlight)
+	case o.MaxInFlightMsgs < 1:
+		return invalidArg("max in flight messages %d must be positive", o.MaxInFlightMsgs)
+	case o.GroupCommitMin < 0 || o.GroupCommitMin > o.MaxBatch:
+		return invalidArg("group commit threshold %d must be in [0, %d]", o.GroupCommitMin, o.MaxBatch)
+	case o.AckTimeout < 10*time.Millisecond:
+		return invalidArg("ack timeout %v must be at least 10ms", o.AckTimeout)
+	}
+	return nil
+}
+
+// storage is the stream storage type.
+func (o Options) storage() njs.StorageType {
+	if o.MemoryStorage {
+		return njs.MemoryStorage
+	}
+	return njs.FileStorage
+}
+
+// WriterOption configures one writer.
+type WriterOption func(*writerConfig)
+
+// writerConfig is what WriterOptions set.
+type writerConfig struct {
+	barrier *messages.MutableMessage
+	node    string
+}
+
+// WithBarrier appends b as the writer's RecoveryBarrier instead of a
+// default one, so that the caller can stamp it (the node gives it a
+// TimeTick). b must be a RecoveryBarrier of the writer's PChannel whose body
+// carries the writer's term.
+func WithBarrier(b *messages.MutableMessage) WriterOption {
+	return func(c *writerConfig) { c.barrier = b }
+}
+
+// WithNode names the node that writes, recorded in the default barrier.
+func WithNode(id string) WriterOption {
+	return func(c *writerConfig) { c.node = id }
+}

@@ -1,0 +1,158 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// tailChunk is how many messages one direct batch get reads.
+const tailChunk = 1000
+
+// msgRef locates one message of an unresolved request.
+type msgRef struct {
+	f *AppendFuture
+	i int
+}
+
+// reconcile reads the stream from the last resolved sequence to its end and
+// settles every in-flight batch: landed batches resolve, the others go back
+// to the front of the queue. A newer barrier or a stranger's message in the
+// tail fences the writer; a tail shorter than what was acknowledged is
+// unrecoverable.
+func (s *sequencer) reconcile() error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.w.b.opts.AckTimeout)
+	defer cancel()
+	last, err := s.lastSeq(ctx)
+	if err != nil {
+		return err
+	}
+	if last < s.acked {
+		return streamwal.Errorf(streamwal.CodeUnrecoverable,
+			"stream %s ends at %d but this writer had %d acknowledged: acknowledged writes were lost", s.w.stream, last, s.acked)
+	}
+	refs := s.unresolved()
+	landed := map[*AppendFuture][]uint64{}
+	if err := s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error {
+		if r, ok := refs[m.Header.Get(nats.MsgIdHdr)]; ok {
+			seqs := landed[r.f]
+			if seqs == nil {
+				seqs = make([]uint64, len(r.f.msgs))
+				landed[r.f] = seqs
+			}
+			seqs[r.i] = m.Sequence
+			return nil
+		}
+		return s.stranger(m)
+	}); err != nil {
+		return err
+	}
+	s.settle(landed)
+	s.tail, s.acked = last, last
+	return nil
+}
+
+// unresolved indexes the message IDs of every in-flight request.
+func (s *sequencer) unresolved() map[string]msgRef {
+	refs := map[string]msgRef{}
+	for _, b := range s.inflight {
+		for _, f := range b.reqs {
+			for i, id := range f.ids {
+				refs[id] = msgRef{f: f, i: i}
+			}
+		}
+	}
+	return refs
+}
+
+// scanTail calls fn for every message after s.acked up to last.
+func (s *sequencer) scanTail(ctx context.Context, last uint64, fn func(*njs.RawStreamMsg) error) error {
+	for from := s.acked + 1; from <= last; {
+		n := int(min(uint64(tailChunk), last-from+1))
+		it, err := jetstreamext.GetBatch(ctx, s.w.b.js, s.w.stream, n, jetstreamext.GetBatchSeq(from))
+		if err != nil {
+			return classify(err)
+		}
+		got := 0
+		for m, err := range it {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return classify(err)
+			}
+			if m.Sequence > last {
+				break
+			}
+			if err := fn(m); err != nil {
+				return err
+			}
+			from = m.Sequence + 1
+			got++
+		}
+		if got == 0 {
+			return streamwal.Errorf(streamwal.CodeUnavailable, "tail of %s from %d is not readable yet", s.w.stream, from)
+		}
+	}
+	return nil
+}
+
+// stranger judges a message in the tail that is not ours: a barrier of a
+// newer term fences us; anything else means another writer shares the
+// stream, which fences us too rather than interleave with it.
+func (s *sequencer) stranger(m *njs.RawStreamMsg) error {
+	if m.Subject == s.w.fenceSubj {
+		term, _ := strconv.ParseUint(m.Header.Get(messages.HdrTerm), 10, 64)
+		return streamwal.Errorf(streamwal.CodeFenced, "%s was opened under term %d (barrier at %d); this writer has term %d",
+			s.w.p, term, m.Sequence, s.w.term)
+	}
+	return streamwal.Errorf(streamwal.CodeFenced, "%s holds message %d (%s) of another writer; stopping",
+		s.w.p, m.Sequence, m.Header.Get(nats.MsgIdHdr))
+}
+
+// settle resolves landed requests and queues the others again, in order.
+// A request that landed only in part (possible only when it was retried
+// message by message) resolves with what landed.
+func (s *sequencer) settle(landed map[*AppendFuture][]uint64) {
+	var again []*AppendFuture
+	for _, b := range s.inflight {
+		for _, f := range b.reqs {
+			seqs, ok := landed[f]
+			switch {
+			case ok && allSet(seqs):
+				f.resolveEach(seqs)
+				delete(s.solo, f)
+			case ok:
+				f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "only part of the append landed"))
+				delete(s.solo, f)
+			case b.dup && s.solo[f]:
+				f.fail(streamwal.Errorf(streamwal.CodeDuplicate, "a message ID of this append was already stored"))
+				delete(s.solo, f)
+			default:
+				if b.dup {
+					s.solo[f] = true
+				}
+				again = append(again, f)
+			}
+		}
+	}
+	s.inflight = nil
+	s.queue = append(again, s.queue...)
+}
+
+// allSet reports whether every message has a sequence.
+func allSet(seqs []uint64) bool {
+	for _, q := range seqs {
+		if q == 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,474 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/streamwal/streamwal"
+)
+
+// batch is one atomic batch the sequencer sent and has not resolved.
+type batch struct {
+	num      uint64
+	reqs     []*AppendFuture
+	n        int
+	expect   uint64 // the stream's last sequence the batch must follow
+	deadline time.Time
+	failed   error // set once the server refused it or it timed out
+	dup      bool  // refused because a message ID was already stored
+}
+
+// atomic reports whether the unit goes out as an atomic batch; a unit of one
+// message is a plain publish, which is atomic by itself and much cheaper.
+func (b *batch) atomic() bool { return b.n > 1 }
+
+// ack is the server's answer to a batch commit.
+type ack struct {
+	num   uint64
+	seq   uint64
+	count uint64
+	err   error
+	dup   bool
+	// duplicate: a plain publish whose message ID was already stored at seq.
+	duplicate bool
+}
+
+// sequencer is the goroutine-owned state of a writer.
+type sequencer struct {
+	w        *writer
+	nc       *nats.Conn
+	inbox    string
+	sub      *nats.Subscription
+	acks     chan ack
+	queue    []*AppendFuture // taken, not yet sent, in order
+	solo     map[*AppendFuture]bool
+	inflight []*batch
+	tail     uint64 // the last sequence once every in-flight batch landed
+	acked    uint64 // every message up to here is resolved
+	fence    uint64 // our barrier's sequence
+	nextNum  uint64
+	closing  bool
+	closeBy  time.Time
+	fatal    error
+}
+
+// newSequencer subscribes to commit acks.
+func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
+	s := &sequencer{
+		w: w, nc: w.b.nc, inbox: nats.NewInbox(),
+		acks:  make(chan ack, 2*w.b.opts.MaxInFlight+16),
+		solo:  map[*AppendFuture]bool{},
+		tail:  barrierSeq,
+		acked: barrierSeq,
+		fence: barrierSeq,
+	}
+	sub, err := s.nc.Subscribe(s.inbox+".*", s.onReply)
+	if err != nil {
+		return nil, classify(fmt.Errorf("subscribe to batch acks: %w", err))
+	}
+	s.sub = sub
+	return s, nil
+}
+
+// run is the sequencer loop.
+func (s *sequencer) run() {
+	defer close(s.w.done)
+	defer func() { _ = s.sub.Unsubscribe() }()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for s.fatal == nil {
+		s.collect()
+		s.send()
+		if s.closing && (len(s.queue) == 0 && len(s.inflight) == 0 || time.Now().After(s.closeBy)) {
+			break
+		}
+		s.arm(timer)
+		select {
+		case <-s.w.wake:
+		case a := <-s.acks:
+			s.onAck(a)
+		case <-timer.C:
+			s.onTimer()
+		case <-s.w.closeReq:
+			if !s.closing {
+				s.closing, s.closeBy = true, time.Now().Add(closeBudget)
+			}
+		}
+	}
+	s.finish()
+}
+
+// collect moves pending requests into the queue, dropping abandoned ones.
+func (s *sequencer) collect() {
+	for _, f := range s.w.takePending() {
+		if f.take() {
+			s.queue = append(s.queue, f)
+		}
+	}
+}
+
+// send forms and sends units while the pipeline has room.
+func (s *sequencer) send() {
+	for len(s.queue) > 0 && s.fatal == nil {
+		b := s.nextUnit()
+		if b == nil {
+			return
+		}
+		s.sendBatch(b)
+	}
+}
+
+// room reports whether another unit of n messages may go out: atomic
+// batches are bounded by MaxInFlight, messages by MaxInFlightMsgs.
+func (s *sequencer) room(n int) bool {
+	batches, msgs := 0, 0
+	for _, b := range s.inflight {
+		msgs += b.n
+		if b.atomic() {
+			batches++
+		}
+	}
+	if s.w.b.opts.Replicas > 1 && len(s.inflight) > 0 {
+		return false
+	}
+	if msgs > 0 && msgs+n > s.w.b.opts.MaxInFlightMsgs {
+		return false
+	}
+	return n == 1 || batches < s.w.b.opts.MaxInFlight
+}
+
+// nextUnit takes the next unit off the queue, or nil if the pipeline is
+// full. With group commit on, a queue of at least GroupCommitMin messages
+// goes out as one atomic batch (up to MaxBatch); otherwise each request is
+// its own unit. A solo request (retried after a duplicate refusal) always
+// goes alone.
+func (s *sequencer) nextUnit() *batch {
+	b := &batch{num: s.nextNum, expect: s.tail}
+	group := s.w.b.opts.GroupCommitMin > 0 && s.queuedMsgs(s.w.b.opts.GroupCommitMin) >= s.w.b.opts.GroupCommitMin
+	for len(s.queue) > 0 {
+		f := s.queue[0]
+		if len(b.reqs) > 0 && (!group || s.solo[f] || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
+			break
+		}
+		if len(b.reqs) == 0 && !s.room(len(f.msgs)) {
+			return nil
+		}
+		b.reqs, b.n = append(b.reqs, f), b.n+len(f.msgs)
+		s.queue = s.queue[1:]
+		if s.solo[f] {
+			break
+		}
+	}
+	s.nextNum++
+	return b
+}
+
+// queuedMsgs counts queued messages, stopping at limit.
+func (s *sequencer) queuedMsgs(limit int) int {
+	n := 0
+	for _, f := range s.queue {
+		if n += len(f.msgs); n >= limit {
+			break
+		}
+	}
+	return n
+}
+
+// sendBatch publishes a unit: the conditions on its first message; for an
+// atomic batch the batch headers, and the commit and reply subject on its
+// last message.
+func (s *sequencer) sendBatch(b *batch) {
+	id := ""
+	if b.atomic() {
+		id = nuid.Next()
+	}
+	i := 0
+	for _, f := range b.reqs {
+		for _, m := range f.msgs {
+			s.prepare(m, b, id, i)
+			if err := s.nc.PublishMsg(m); err != nil && b.failed == nil {
+				b.failed = classify(fmt.Errorf("publish: %w", err))
+			}
+			i++
+		}
+	}
+	b.deadline = time.Now().Add(s.w.b.opts.AckTimeout)
+	s.tail += uint64(b.n)
+	s.inflight = append(s.inflight, b)
+	if b.failed != nil {
+		s.recover(b.failed)
+	}
+}
+
+// prepare sets the headers of message i of unit b.
+func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
+	clearBatchHeaders(m)
+	if b.atomic() {
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+	}
+	if i == 0 {
+		m.Header.Set(njs.ExpectedLastSeqHeader, strconv.FormatUint(b.expect, 10))
+		m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
+		m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
+	}
+	if i == b.n-1 {
+		if b.atomic() {
+			m.Header.Set(hdrBatchCommit, "1")
+		}
+		m.Reply = s.inbox + "." + strconv.FormatUint(b.num, 10)
+	}
+}
+
+// onReply parses a commit reply on the NATS dispatcher goroutine.
+func (s *sequencer) onReply(m *nats.Msg) {
+	num, err := strconv.ParseUint(m.Subject[len(s.inbox)+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	s.acks <- parseAck(num, m)
+}
+
+// batchReply is the JSON of a batch commit's answer.
+type batchReply struct {
+	Stream    string `json:"stream"`
+	Seq       uint64 `json:"seq"`
+	Count     uint64 `json:"count"`
+	Duplicate bool   `json:"duplicate"`
+	Error     *struct {
+		Code        int    `json:"code"`
+		ErrCode     uint16 `json:"err_code"`
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// errCodeDuplicateInBatch is the server's refusal of a batch holding an
+// already-stored message ID.
+const errCodeDuplicateInBatch = 10201
+
+// parseAck decodes a commit reply.
+func parseAck(num uint64, m *nats.Msg) ack {
+	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+		return ack{num: num, err: streamwal.Errorf(streamwal.CodeUnavailable, "batch commit answered status %s %s",
+			m.Header.Get("Status"), m.Header.Get("Description"))}
+	}
+	var r batchReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return ack{num: num, err: streamwal.Errorf(streamwal.CodeInternal, "bad batch ack %q: %v", m.Data, err)}
+	}
+	if r.Error != nil {
+		return ack{num: num, dup: r.Error.ErrCode == errCodeDuplicateInBatch,
+			err: streamwal.Errorf(streamwal.CodeUnavailable, "batch refused: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
+	}
+	if r.Count == 0 {
+		r.Count = 1 // a plain publish
+	}
+	return ack{num: num, seq: r.Seq, count: r.Count, duplicate: r.Duplicate}
+}
+
+// find returns the in-flight batch of a number.
+func (s *sequencer) find(num uint64) (int, *batch) {
+	for i, b := range s.inflight {
+		if b.num == num {
+			return i, b
+		}
+	}
+	return -1, nil
+}
+
+// onAck resolves a batch or starts recovery.
+func (s *sequencer) onAck(a ack) {
+	i, b := s.find(a.num)
+	if b == nil {
+		return // a batch already resolved by recovery
+	}
+	if a.duplicate && a.err == nil {
+		s.duplicate(i, a.seq)
+		return
+	}
+	if a.err == nil && (a.count != uint64(b.n) || a.seq != b.expect+uint64(b.n)) {
+		a.err = streamwal.Errorf(streamwal.CodeInternal, "batch ack %d/%d does not match %d after %d", a.seq, a.count, b.n, b.expect)
+	}
+	if a.err != nil {
+		b.failed, b.dup = a.err, a.dup
+		s.recover(a.err)
+		return
+	}
+	s.landed(i)
+}
+
+// duplicate resolves a plain publish whose message ID was already stored:
+// the append is idempotent, so its caller gets the original's sequence. The
+// stream did not grow, so the units after it will fail their expected
+// sequence and be re-sent by recovery.
+func (s *sequencer) duplicate(i int, seq uint64) {
+	b := s.inflight[i]
+	b.reqs[0].resolveEach([]uint64{seq})
+	s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+	for _, later := range s.inflight[i:] {
+		later.expect--
+	}
+	s.tail--
+}
+
+// landed resolves the in-flight batches up to index i once batch i's ack
+// arrived: batch i followed exactly the sequence its predecessors were to
+// end at, under this writer's fence, so they landed too.
+func (s *sequencer) landed(i int) {
+	for _, b := range s.inflight[:i+1] {
+		s.complete(b, b.expect+1)
+		s.acked = max(s.acked, b.expect+uint64(b.n))
+	}
+	s.inflight = append(s.inflight[:0], s.inflight[i+1:]...)
+}
+
+// complete resolves a landed batch whose first message is at first.
+func (s *sequencer) complete(b *batch, first uint64) {
+	for _, f := range b.reqs {
+		f.resolve(first)
+		first += uint64(len(f.msgs))
+		delete(s.solo, f)
+	}
+}
+
+// arm sets the timer to the earliest in-flight deadline.
+func (s *sequencer) arm(t *time.Timer) {
+	next := time.Hour
+	for _, b := range s.inflight {
+		next = min(next, time.Until(b.deadline))
+	}
+	if s.closing {
+		next = min(next, time.Until(s.closeBy))
+	}
+	t.Reset(max(next, time.Millisecond))
+}
+
+// onTimer recovers when a batch's ack is overdue.
+func (s *sequencer) onTimer() {
+	for _, b := range s.inflight {
+		if time.Now().After(b.deadline) {
+			s.recover(streamwal.Errorf(streamwal.CodeUnavailable, "batch ack timed out after %v", s.w.b.opts.AckTimeout))
+			return
+		}
+	}
+}
+
+// recover settles every in-flight batch against the stream: it waits for
+// the answers still due, reads the tail, resolves what landed, and queues
+// the rest again in order. It retries until it succeeds, the writer is
+// fenced or broken, or a closing writer runs out of time.
+func (s *sequencer) recover(cause error) {
+	s.w.log.Debug().Err(cause).Int("inflight", len(s.inflight)).Msg("resolving the tail")
+	s.drain()
+	delay := 10 * time.Millisecond
+	for s.fatal == nil && len(s.inflight) > 0 {
+		err := s.reconcile()
+		if err == nil {
+			return
+		}
+		var se *streamwal.Error
+		if errors.As(err, &se) && (se.Code == streamwal.CodeFenced || se.Code == streamwal.CodeUnrecoverable) {
+			s.fatal = err
+			return
+		}
+		s.w.log.Warn().Err(err).Msg("cannot read the tail yet; retrying")
+		if s.closing && time.Now().After(s.closeBy) {
+			return
+		}
+		select {
+		case <-time.After(delay):
+		case <-s.w.closeReq:
+			if !s.closing {
+				s.closing, s.closeBy = true, time.Now().Add(closeBudget)
+			}
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// drain waits until every in-flight batch was answered or is overdue.
+func (s *sequencer) drain() {
+	for {
+		var wait time.Duration = -1
+		for _, b := range s.inflight {
+			if b.failed == nil {
+				wait = max(wait, time.Until(b.deadline))
+			}
+		}
+		if wait < 0 {
+			return
+		}
+		select {
+		case a := <-s.acks:
+			s.noteAck(a)
+		case <-time.After(wait):
+			for _, b := range s.inflight {
+				if b.failed == nil {
+					b.failed = streamwal.Errorf(streamwal.CodeUnavailable, "batch ack timed out")
+				}
+			}
+		}
+	}
+}
+
+// noteAck records an answer during drain: a success resolves its batch.
+func (s *sequencer) noteAck(a ack) {
+	i, b := s.find(a.num)
+	if b == nil {
+		return
+	}
+	if a.duplicate && a.err == nil {
+		s.duplicate(i, a.seq)
+		return
+	}
+	if a.err == nil && a.count == uint64(b.n) && a.seq == b.expect+uint64(b.n) {
+		s.landed(i)
+		return
+	}
+	if a.err == nil {
+		a.err = streamwal.Errorf(streamwal.CodeInternal, "unexpected batch ack")
+	}
+	b.failed, b.dup = a.err, a.dup
+}
+
+// finish fails whatever is left and records why the writer stopped.
+func (s *sequencer) finish() {
+	reason := s.fatal
+	if reason == nil {
+		reason = streamwal.Errorf(streamwal.CodeClosed, "writer of %s (term %d) is closed", s.w.p, s.w.term)
+	}
+	for _, b := range s.inflight {
+		for _, f := range b.reqs {
+			f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "writer stopped before the append was confirmed: %w", reason))
+		}
+	}
+	for _, f := range append(s.queue, s.w.stop(reason)...) {
+		f.state.CompareAndSwap(stateQueued, stateTaken)
+		f.fail(reason)
+	}
+	s.inflight, s.queue = nil, nil
+	s.w.final.Store(&reason)
+	if s.fatal != nil {
+		s.w.log.Warn().Err(s.fatal).Msg("writer stopped")
+	}
+}
+
+// lastSeq reads the stream's last sequence.
+func (s *sequencer) lastSeq(ctx context.Context) (uint64, error) {
+	str, err := s.w.b.js.Stream(ctx, s.w.stream)
+	if errors.Is(err, njs.ErrStreamNotFound) {
+		return 0, streamwal.Errorf(streamwal.CodeUnrecoverable, "stream %s is gone", s.w.stream)
+	}
+	if err != nil {
+		return 0, classify(err)
+	}
+	return str.CachedInfo().State.LastSeq, nil
+}
