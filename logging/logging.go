@@ -18,7 +18,7 @@ const FieldComponent = "component"
 // human-readable; otherwise it is one JSON object per line.
 func New(w io.Writer, level zerolog.Level, console bool) zerolog.Logger {
 	if console {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/streamwal/streamwal"
@@ -53,7 +54,9 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	log := logging.New(cmd.ErrOrStderr(), level, true)
 	srv, err := embedded.Start(embedded.Options{
 		StoreDir: f.dataDir, Host: f.host, Port: f.port, SyncAlways: f.syncAlways,
-		Logger: logging.Component(log, "nats-server"),
+		// nats-server's notices are for its own operators: keep them at warn
+		// unless debugging.
+		Logger: logging.Component(log, "nats-server").Level(natsLevel(level)),
 	})
 	if err != nil {
 		return err
@@ -68,4 +71,13 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	<-cmd.Context().Done()
 	fmt.Fprintln(out, "shutting down")
 	return nil
+}
+
+// natsLevel is the level of nats-server's own logs: warnings and above,
+// unless the command runs at debug level or quieter than warn.
+func natsLevel(level zerolog.Level) zerolog.Level {
+	if level <= zerolog.DebugLevel || level > zerolog.WarnLevel {
+		return level
+	}
+	return zerolog.WarnLevel
 }
