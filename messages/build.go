@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"slices"
+
 	"github.com/streamwal/streamwal"
 )
 
@@ -82,9 +84,6 @@ func (c *Codec) New(t *Type, v streamwal.VChannel, payload []byte, opts ...Optio
 	if t.Dispatch.PChannelLevel() || v.IsZero() {
 		return nil, wrapInvalid(ErrBadTarget, "type %s (%s) needs a vchannel", t.Name, t.Dispatch)
 	}
-	if v.IsControl() != (t.Dispatch == DispatchCChannel) && t.Dispatch != DispatchVChannelsAndCChannel {
-		return nil, wrapInvalid(ErrBadTarget, "type %s (%s) cannot target %s", t.Name, t.Dispatch, v)
-	}
 	return c.build(t, Header{PChannel: v.PChannel(), VChannel: v}, payload, opts)
 }
 
@@ -102,6 +101,9 @@ func (c *Codec) NewPChannel(t *Type, p streamwal.PChannel, payload []byte, opts 
 
 // NewBody marshals body and builds a VChannel-scoped message with it.
 func (c *Codec) NewBody(t *Type, v streamwal.VChannel, body any, opts ...Option) (*MutableMessage, error) {
+	if err := c.checkType(t); err != nil {
+		return nil, err
+	}
 	payload, err := MarshalBody(t, body)
 	if err != nil {
 		return nil, err
@@ -111,6 +113,9 @@ func (c *Codec) NewBody(t *Type, v streamwal.VChannel, body any, opts ...Option)
 
 // NewPChannelBody marshals body and builds a PChannel-level message with it.
 func (c *Codec) NewPChannelBody(t *Type, p streamwal.PChannel, body any, opts ...Option) (*MutableMessage, error) {
+	if err := c.checkType(t); err != nil {
+		return nil, err
+	}
 	payload, err := MarshalBody(t, body)
 	if err != nil {
 		return nil, err
@@ -141,16 +146,83 @@ func (c *Codec) build(t *Type, h Header, payload []byte, opts []Option) (*Mutabl
 			return nil, err
 		}
 	}
-	if h.Txn != nil && !t.Is(FlagTxnBody) && !t.Is(FlagTxnControl) {
-		return nil, wrapInvalid(ErrBadTarget, "type %s cannot be part of a transaction", t.Name)
+	if t.Is(FlagUnreplicable) {
+		h.Unreplicable = true
+	}
+	if t.Is(FlagNotTraced) {
+		h.TraceParent, h.TraceState = "", ""
+	}
+	if h.PChannel.IsZero() { // a broadcast before Split has no channel yet
+		if h.Txn != nil {
+			return nil, wrapInvalid(ErrBadTarget, "a broadcast cannot be part of a transaction")
+		}
+	} else if err := checkShape(t, &h); err != nil {
+		return nil, err
 	}
 	if err := checkBody(t, payload); err != nil {
 		return nil, err
 	}
-	if t.Is(FlagUnreplicable) {
-		h.Unreplicable = true
-	}
 	return &MutableMessage{typ: t, h: h, payload: payload}, nil
+}
+
+// checkShape enforces the rules every message obeys, whether built here or
+// decoded: a real type, a target that fits its dispatch, a transaction
+// context only on transaction types, a broadcast header only on broadcast
+// types (and naming the message's own channel), no trace on untraced types.
+func checkShape(t *Type, h *Header) error {
+	if t.Is(FlagSynthetic) {
+		return wrapInvalid(ErrBadType, "%s is read-side only", t.Name)
+	}
+	if err := checkTarget(t, h.PChannel, h.VChannel); err != nil {
+		return err
+	}
+	if h.Txn != nil {
+		if err := checkTxn(t, *h.Txn); err != nil {
+			return err
+		}
+	}
+	if t.Is(FlagNotTraced) && (h.TraceParent != "" || h.TraceState != "") {
+		return wrapInvalid(ErrMalformed, "type %s carries no trace context", t.Name)
+	}
+	return checkBroadcast(t, h)
+}
+
+// checkTarget verifies that a channel fits a type's dispatch.
+func checkTarget(t *Type, p streamwal.PChannel, v streamwal.VChannel) error {
+	switch {
+	case p.IsZero():
+		return wrapInvalid(ErrBadTarget, "message of type %s has no pchannel", t.Name)
+	case t.Dispatch.PChannelLevel() != v.IsZero():
+		return wrapInvalid(ErrBadTarget, "type %s (%s) cannot target %q", t.Name, t.Dispatch, v)
+	case v.IsZero():
+		return nil
+	case v.PChannel() != p:
+		return wrapInvalid(ErrBadTarget, "vchannel %s is not on %s", v, p)
+	case t.Dispatch == DispatchVChannelsAndCChannel:
+		return nil
+	case v.IsControl() != (t.Dispatch == DispatchCChannel):
+		return wrapInvalid(ErrBadTarget, "type %s (%s) cannot target %s", t.Name, t.Dispatch, v)
+	}
+	return nil
+}
+
+// checkBroadcast verifies a message's broadcast header against its type.
+func checkBroadcast(t *Type, h *Header) error {
+	b := h.Broadcast
+	if b == nil {
+		return nil
+	}
+	if !t.Dispatch.IsBroadcast() {
+		return wrapInvalid(ErrBadTarget, "type %s is not a broadcast type", t.Name)
+	}
+	if h.Replicate != nil {
+		return nil // targets name the source cluster's channels
+	}
+	if h.VChannel.IsZero() && !slices.Contains(b.PChannels, h.PChannel) ||
+		!h.VChannel.IsZero() && !slices.Contains(b.VChannels, h.VChannel) {
+		return wrapInvalid(ErrBadTarget, "broadcast %d does not target this message's channel", b.ID)
+	}
+	return nil
 }
 
 // checkMsgID validates a deduplication identity.

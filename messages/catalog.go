@@ -141,8 +141,13 @@ type Type struct {
 	Body reflect.Type
 }
 
-// String returns the name.
-func (t *Type) String() string { return t.Name }
+// String returns the name ("<nil>" for a nil type).
+func (t *Type) String() string {
+	if t == nil {
+		return "<nil>"
+	}
+	return t.Name
+}
 
 // Is reports whether the type has all the flags.
 func (t *Type) Is(f Flags) bool { return t.Flags.Has(f) }

@@ -61,11 +61,20 @@ func (c *Codec) Subject(m *MutableMessage) string {
 
 // Encode converts a mutable message into a NATS message for publishing.
 func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
+	if m == nil {
+		return nil, wrapInvalid(ErrMalformed, "nil message")
+	}
+	if m.typ == nil {
+		return nil, wrapInvalid(ErrUnknownType, "message without a type")
+	}
 	if !c.reg.Has(m.typ) {
 		return nil, wrapInvalid(ErrUnknownType, "%s is not in this codec's registry", m.typ)
 	}
 	if len(m.payload) > c.maxPayload {
 		return nil, wrapInvalid(ErrPayloadTooLarge, "%d bytes exceeds %d", len(m.payload), c.maxPayload)
+	}
+	if err := checkShape(m.typ, &m.h); err != nil {
+		return nil, err
 	}
 	msg := nats.NewMsg(c.Subject(m))
 	encodeHeader(msg.Header, m.typ, &m.h)
@@ -102,6 +111,9 @@ func (c *Codec) DecodeMutable(msg *nats.Msg) (*MutableMessage, error) {
 		return nil, err
 	}
 	if err := checkAddress(addr, t, &h); err != nil {
+		return nil, err
+	}
+	if err := checkShape(t, &h); err != nil {
 		return nil, err
 	}
 	if err := checkBody(t, msg.Data); err != nil {

@@ -50,14 +50,31 @@ func (m *MutableMessage) SetTimeTick(t TimeTick) { m.h.TimeTick = t }
 // SetLastConfirmed assigns the LastConfirmedMessageID.
 func (m *MutableMessage) SetLastConfirmed(id MessageID) { m.h.LastConfirmed = id }
 
-// SetTxn attaches a transaction context (nil detaches it).
-func (m *MutableMessage) SetTxn(t *TxnContext) {
+// SetTxn attaches a transaction context (nil detaches it). The context needs
+// an ID and a keepalive of at least MinKeepalive, and the type must be a
+// transaction body or control type.
+func (m *MutableMessage) SetTxn(t *TxnContext) error {
 	if t == nil {
 		m.h.Txn = nil
-		return
+		return nil
+	}
+	if err := checkTxn(m.typ, *t); err != nil {
+		return err
 	}
 	c := *t
 	m.h.Txn = &c
+	return nil
+}
+
+// checkTxn validates a transaction context for a type.
+func checkTxn(t *Type, ctx TxnContext) error {
+	if ctx.ID == 0 || ctx.Keepalive < MinKeepalive {
+		return wrapInvalid(ErrMalformed, "txn context needs an id and a keepalive of at least %v", MinKeepalive)
+	}
+	if t == nil || !t.Is(FlagTxnBody) && !t.Is(FlagTxnControl) {
+		return wrapInvalid(ErrBadTarget, "type %s cannot be part of a transaction", t)
+	}
+	return nil
 }
 
 // SetTerm records the writer's term.
@@ -156,8 +173,8 @@ func (m *MutableMessage) Body(out any) error { return decodeBody(m.typ, m.payloa
 // MarshalBody encodes body as the payload of type t. body's Go type must be
 // t's declared Body.
 func MarshalBody(t *Type, body any) ([]byte, error) {
-	if t.Body == nil || reflect.TypeOf(body) != t.Body {
-		return nil, wrapInvalid(ErrBadBody, "type %s does not take a %T body", t.Name, body)
+	if t == nil || t.Body == nil || reflect.TypeOf(body) != t.Body {
+		return nil, wrapInvalid(ErrBadBody, "type %s does not take a %T body", t, body)
 	}
 	return json.Marshal(body)
 }
@@ -165,8 +182,8 @@ func MarshalBody(t *Type, body any) ([]byte, error) {
 // decodeBody decodes payload into out after checking out's type.
 func decodeBody(t *Type, payload []byte, out any) error {
 	rv := reflect.ValueOf(out)
-	if t.Body == nil || rv.Kind() != reflect.Pointer || rv.Type().Elem() != t.Body {
-		return wrapInvalid(ErrBadBody, "type %s has no %T body", t.Name, out)
+	if t == nil || t.Body == nil || rv.Kind() != reflect.Pointer || rv.Type().Elem() != t.Body {
+		return wrapInvalid(ErrBadBody, "type %s has no %T body", t, out)
 	}
 	if err := json.Unmarshal(payload, out); err != nil {
 		return wrapInvalid(ErrMalformed, "%s body: %v", t.Name, err)

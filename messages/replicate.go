@@ -11,9 +11,16 @@ import (
 // TimeTick. Unreplicable messages, synthetic ones and messages of this very
 // cluster are refused.
 func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
+	if _, err := streamwal.ParseCluster(string(source)); err != nil {
+		return nil, err
+	}
 	switch {
-	case src == nil:
+	case src == nil || src.typ == nil:
 		return nil, wrapInvalid(ErrMalformed, "nil source message")
+	case src.id == 0:
+		return nil, wrapInvalid(ErrMalformed, "source message has no message id")
+	case target.IsZero() || target.Index() != src.h.PChannel.Index():
+		return nil, wrapInvalid(ErrBadTarget, "replica of %s must go to the pchannel of the same index, not %q", src.h.PChannel, target)
 	case source == c.cluster:
 		return nil, wrapInvalid(ErrBadTarget, "cannot replicate cluster %s into itself", source)
 	case src.h.Unreplicable || src.typ.Is(FlagUnreplicable) || src.typ.Is(FlagSynthetic):

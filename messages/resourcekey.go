@@ -109,9 +109,13 @@ func checkKey(k ResourceKey) error {
 	return nil
 }
 
-// printable reports whether s has no ASCII control characters (so it can be
-// a NATS header value).
+// printable reports whether s can travel as a NATS header value unchanged:
+// no ASCII control characters, and no leading or trailing blank (nats.go
+// trims those).
 func printable(s string) bool {
+	if s != strings.TrimSpace(s) {
+		return false
+	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] == 0x7f {
 			return false

@@ -19,8 +19,8 @@ func NewTxnMessage(begin *ImmutableMessage, body []*ImmutableMessage, commit *Im
 		return nil, wrapInvalid(ErrMalformed, "BeginTxn and CommitTxn belong to different transactions")
 	}
 	for _, m := range body {
-		if m.h.Txn == nil || m.h.Txn.ID != begin.h.Txn.ID || m.h.VChannel != begin.h.VChannel || !m.typ.Is(FlagTxnBody) {
-			return nil, wrapInvalid(ErrMalformed, "message %d is not a body of transaction %d", m.id, begin.h.Txn.ID)
+		if m == nil || m.typ == nil || m.h.Txn == nil || m.h.Txn.ID != begin.h.Txn.ID || m.h.VChannel != begin.h.VChannel || !m.typ.Is(FlagTxnBody) {
+			return nil, wrapInvalid(ErrMalformed, "a body message is not part of transaction %d", begin.h.Txn.ID)
 		}
 	}
 	h := commit.h.clone()

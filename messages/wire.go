@@ -66,9 +66,9 @@ func encodeHeader(hdr nats.Header, t *Type, h *Header) {
 	}
 	if r := h.Replicate; r != nil {
 		hdr.Set(HdrReplicateCluster, string(r.Cluster))
-		hdr.Set(HdrReplicateID, r.MessageID.String())
-		hdr.Set(HdrReplicateTimeTick, strconv.FormatUint(uint64(r.TimeTick), 10))
-		hdr.Set(HdrReplicateLastConf, r.LastConfirmed.String())
+		setUint(hdr, HdrReplicateID, uint64(r.MessageID))
+		setUint(hdr, HdrReplicateTimeTick, uint64(r.TimeTick))
+		setUint(hdr, HdrReplicateLastConf, uint64(r.LastConfirmed))
 	}
 	if d := h.DML; d != nil {
 		hdr.Set(HdrPartition, strconv.FormatInt(d.PartitionID, 10))
