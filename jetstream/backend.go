@@ -44,6 +44,8 @@ type Writer interface {
 	// Err says why the writer stopped: nil while it runs,
 	// streamwal.ErrClosed after Close, streamwal.ErrFenced when fenced.
 	Err() error
+	// Stats returns the writer's counters.
+	Stats() WriterStats
 	// Close stops the writer after the appends already queued are resolved.
 	Close() error
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -110,6 +111,9 @@ func (b *JetStream) checkOpen(p streamwal.PChannel) error {
 	}
 	if p.IsZero() {
 		return invalidArg("zero pchannel")
+	}
+	if len(b.opts.PChannels) > 0 && !slices.Contains(b.opts.PChannels, p) {
+		return invalidArg("unknown pchannel %s: this backend serves %d pchannels", p, len(b.opts.PChannels))
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 )
 
@@ -18,11 +19,6 @@ const (
 	DefaultMaxInFlight = 4
 	// DefaultMaxInFlightMsgs bounds the messages a writer has in flight.
 	DefaultMaxInFlightMsgs = 4096
-	// DefaultGroupCommitMin is the group-commit threshold to use with a
-	// server that fsyncs before acknowledging: from about this many waiting
-	// messages on, one atomic batch (one fsync plus a fixed staging cost)
-	// beats as many fsynced plain publishes.
-	DefaultGroupCommitMin = 16
 	// DefaultAckTimeout bounds the wait for a batch's commit ack before the
 	// writer resolves the tail.
 	DefaultAckTimeout = 5 * time.Second
@@ -52,17 +48,21 @@ type Options struct {
 	// Replicas > 1 a writer keeps one unit in flight: the server refuses a
 	// second pending expectation on the barrier subject.
 	MaxInFlightMsgs int
-	// GroupCommitMin turns group commit on: when at least this many
-	// messages wait, the writer sends them (up to MaxBatch) as one atomic
-	// batch. Use it when the server fsyncs before acknowledging
-	// (SyncAlways), where one batch costs one fsync; see
-	// DefaultGroupCommitMin. Zero (the default) sends every append on its
-	// own, as a pipelined plain publish (one message) or atomic batch (a
-	// multi-message append), which is faster when the server does not fsync
-	// each write: an atomic batch has a fixed cost on file storage.
-	GroupCommitMin int
+	// GroupCommit gathers every waiting append into the next unit (one
+	// atomic batch of up to MaxBatch messages) and keeps at most
+	// MaxInFlight units in flight. Use it when the server fsyncs before
+	// acknowledging (SyncAlways): one batch costs one fsync. Without it
+	// (the default), every append goes out on its own as soon as the
+	// pipeline has room: a pipelined plain publish (one message) or an
+	// atomic batch (a multi-message append). That is faster when the server
+	// does not fsync each write, because an R1 atomic batch has a fixed
+	// staging cost on file storage.
+	GroupCommit bool
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
+	// PChannels, when set, are the only PChannels the backend serves;
+	// any other is an invalid argument.
+	PChannels []streamwal.PChannel
 	// Logger receives the backend's logs (default: none).
 	Logger zerolog.Logger
 }
@@ -108,8 +108,6 @@ func (o Options) validate() error {
 		return invalidArg("max in flight %d must be in [1, 50]", o.MaxInFlight)
 	case o.MaxInFlightMsgs < 1:
 		return invalidArg("max in flight messages %d must be positive", o.MaxInFlightMsgs)
-	case o.GroupCommitMin < 0 || o.GroupCommitMin > o.MaxBatch:
-		return invalidArg("group commit threshold %d must be in [0, %d]", o.GroupCommitMin, o.MaxBatch)
 	case o.AckTimeout < 10*time.Millisecond:
 		return invalidArg("ack timeout %v must be at least 10ms", o.AckTimeout)
 	}

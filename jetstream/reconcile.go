@@ -40,7 +40,7 @@ func (s *sequencer) reconcile() error {
 	}
 	refs := s.unresolved()
 	landed := map[*AppendFuture][]uint64{}
-	if err := s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error {
+	err = s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error {
 		if r, ok := refs[m.Header.Get(nats.MsgIdHdr)]; ok {
 			seqs := landed[r.f]
 			if seqs == nil {
@@ -51,13 +51,26 @@ func (s *sequencer) reconcile() error {
 			return nil
 		}
 		return s.stranger(m)
-	}); err != nil {
+	})
+	var fence *fencedError
+	switch {
+	case errors.As(err, &fence):
+		// Nothing of ours lands after a newer barrier: what did not land
+		// before it never will.
+		s.settle(landed, fence.err)
+		return fence.err
+	case err != nil:
 		return err
 	}
-	s.settle(landed)
+	s.settle(landed, nil)
 	s.tail, s.acked = last, last
 	return nil
 }
+
+// fencedError stops a tail scan at a newer owner's barrier.
+type fencedError struct{ err error }
+
+func (e *fencedError) Error() string { return e.err.Error() }
 
 // unresolved indexes the message IDs of every in-flight request.
 func (s *sequencer) unresolved() map[string]msgRef {
@@ -110,17 +123,18 @@ func (s *sequencer) scanTail(ctx context.Context, last uint64, fn func(*njs.RawS
 func (s *sequencer) stranger(m *njs.RawStreamMsg) error {
 	if m.Subject == s.w.fenceSubj {
 		term, _ := strconv.ParseUint(m.Header.Get(messages.HdrTerm), 10, 64)
-		return streamwal.Errorf(streamwal.CodeFenced, "%s was opened under term %d (barrier at %d); this writer has term %d",
-			s.w.p, term, m.Sequence, s.w.term)
+		return &fencedError{streamwal.Errorf(streamwal.CodeFenced, "%s was opened under term %d (barrier at %d); this writer has term %d",
+			s.w.p, term, m.Sequence, s.w.term)}
 	}
 	return streamwal.Errorf(streamwal.CodeFenced, "%s holds message %d (%s) of another writer; stopping",
 		s.w.p, m.Sequence, m.Header.Get(nats.MsgIdHdr))
 }
 
-// settle resolves landed requests and queues the others again, in order.
+// settle resolves landed requests and queues the others again, in order;
+// when the writer is fenced (fenced != nil) the others fail with it instead.
 // A request that landed only in part (possible only when it was retried
-// message by message) resolves with what landed.
-func (s *sequencer) settle(landed map[*AppendFuture][]uint64) {
+// message by message) fails with an unknown outcome.
+func (s *sequencer) settle(landed map[*AppendFuture][]uint64, fenced error) {
 	var again []*AppendFuture
 	for _, b := range s.inflight {
 		for _, f := range b.reqs {
@@ -132,6 +146,8 @@ func (s *sequencer) settle(landed map[*AppendFuture][]uint64) {
 			case ok:
 				f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "only part of the append landed"))
 				delete(s.solo, f)
+			case fenced != nil:
+				f.fail(fenced)
 			case b.dup && s.solo[f]:
 				f.fail(streamwal.Errorf(streamwal.CodeDuplicate, "a message ID of this append was already stored"))
 				delete(s.solo, f)

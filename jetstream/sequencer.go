@@ -64,7 +64,7 @@ type sequencer struct {
 func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 	s := &sequencer{
 		w: w, nc: w.b.nc, inbox: nats.NewInbox(),
-		acks:  make(chan ack, 2*w.b.opts.MaxInFlight+16),
+		acks:  make(chan ack, w.b.opts.MaxInFlightMsgs+16),
 		solo:  map[*AppendFuture]bool{},
 		tail:  barrierSeq,
 		acked: barrierSeq,
@@ -126,9 +126,20 @@ func (s *sequencer) send() {
 	}
 }
 
-// room reports whether another unit of n messages may go out: atomic
-// batches are bounded by MaxInFlight, messages by MaxInFlightMsgs.
+// room reports whether another unit of n messages may go out. With group
+// commit, at most MaxInFlight units of any kind are in flight, so that the
+// appends arriving meanwhile gather into the next unit. Without it, atomic
+// batches are bounded by MaxInFlight and messages by MaxInFlightMsgs. With
+// Replicas > 1 one unit is in flight: the server refuses a second pending
+// expectation on the barrier subject.
 func (s *sequencer) room(n int) bool {
+	o := s.w.b.opts
+	if len(s.inflight) == 0 {
+		return true
+	}
+	if o.Replicas > 1 || o.GroupCommit && len(s.inflight) >= o.MaxInFlight {
+		return false
+	}
 	batches, msgs := 0, 0
 	for _, b := range s.inflight {
 		msgs += b.n
@@ -136,30 +147,23 @@ func (s *sequencer) room(n int) bool {
 			batches++
 		}
 	}
-	if s.w.b.opts.Replicas > 1 && len(s.inflight) > 0 {
-		return false
-	}
-	if msgs > 0 && msgs+n > s.w.b.opts.MaxInFlightMsgs {
-		return false
-	}
-	return n == 1 || batches < s.w.b.opts.MaxInFlight
+	return msgs+n <= o.MaxInFlightMsgs && (n == 1 || batches < o.MaxInFlight)
 }
 
 // nextUnit takes the next unit off the queue, or nil if the pipeline is
-// full. With group commit on, a queue of at least GroupCommitMin messages
-// goes out as one atomic batch (up to MaxBatch); otherwise each request is
-// its own unit. A solo request (retried after a duplicate refusal) always
-// goes alone.
+// full. With group commit, a unit gathers every queued request up to
+// MaxBatch messages; otherwise each request is its own unit. A solo request
+// (retried after a duplicate refusal) always goes alone.
 func (s *sequencer) nextUnit() *batch {
+	if !s.room(len(s.queue[0].msgs)) {
+		return nil
+	}
 	b := &batch{num: s.nextNum, expect: s.tail}
-	group := s.w.b.opts.GroupCommitMin > 0 && s.queuedMsgs(s.w.b.opts.GroupCommitMin) >= s.w.b.opts.GroupCommitMin
+	s.nextNum++
 	for len(s.queue) > 0 {
 		f := s.queue[0]
-		if len(b.reqs) > 0 && (!group || s.solo[f] || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
+		if len(b.reqs) > 0 && (!s.w.b.opts.GroupCommit || s.solo[f] || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
 			break
-		}
-		if len(b.reqs) == 0 && !s.room(len(f.msgs)) {
-			return nil
 		}
 		b.reqs, b.n = append(b.reqs, f), b.n+len(f.msgs)
 		s.queue = s.queue[1:]
@@ -167,19 +171,7 @@ func (s *sequencer) nextUnit() *batch {
 			break
 		}
 	}
-	s.nextNum++
 	return b
-}
-
-// queuedMsgs counts queued messages, stopping at limit.
-func (s *sequencer) queuedMsgs(limit int) int {
-	n := 0
-	for _, f := range s.queue {
-		if n += len(f.msgs); n >= limit {
-			break
-		}
-	}
-	return n
 }
 
 // sendBatch publishes a unit: the conditions on its first message; for an
@@ -201,6 +193,11 @@ func (s *sequencer) sendBatch(b *batch) {
 		}
 	}
 	b.deadline = time.Now().Add(s.w.b.opts.AckTimeout)
+	s.w.stats.units.Add(1)
+	s.w.stats.msgs.Add(uint64(b.n))
+	if b.atomic() {
+		s.w.stats.batches.Add(1)
+	}
 	s.tail += uint64(b.n)
 	s.inflight = append(s.inflight, b)
 	if b.failed != nil {
@@ -313,9 +310,6 @@ func (s *sequencer) duplicate(i int, seq uint64) {
 	b := s.inflight[i]
 	b.reqs[0].resolveEach([]uint64{seq})
 	s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
-	for _, later := range s.inflight[i:] {
-		later.expect--
-	}
 	s.tail--
 }
 
@@ -367,6 +361,7 @@ func (s *sequencer) onTimer() {
 // fenced or broken, or a closing writer runs out of time.
 func (s *sequencer) recover(cause error) {
 	s.w.log.Debug().Err(cause).Int("inflight", len(s.inflight)).Msg("resolving the tail")
+	s.w.stats.recoveries.Add(1)
 	s.drain()
 	delay := 10 * time.Millisecond
 	for s.fatal == nil && len(s.inflight) > 0 {

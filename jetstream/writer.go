@@ -30,6 +30,7 @@ type writer struct {
 	barrier   *messages.ImmutableMessage
 	log       zerolog.Logger
 	idPrefix  string
+	termText  string
 	idSeq     atomic.Uint64
 
 	mu       sync.Mutex
@@ -41,7 +42,28 @@ type writer struct {
 	done     chan struct{}
 	final    atomic.Pointer[error]
 
-	seq *sequencer
+	seq   *sequencer
+	stats struct {
+		units, batches, msgs, recoveries atomic.Uint64
+	}
+}
+
+// WriterStats counts what a writer sent.
+type WriterStats struct {
+	// Units is how many publishes or atomic batches were sent.
+	Units uint64
+	// Batches is how many of them were atomic batches.
+	Batches uint64
+	// Messages is how many messages were sent (re-sends included).
+	Messages uint64
+	// Recoveries is how many times the writer resolved its tail.
+	Recoveries uint64
+}
+
+// Stats returns the writer's counters.
+func (w *writer) Stats() WriterStats {
+	return WriterStats{Units: w.stats.units.Load(), Batches: w.stats.batches.Load(),
+		Messages: w.stats.msgs.Load(), Recoveries: w.stats.recoveries.Load()}
 }
 
 // startWriter starts the sequencer after the barrier landed.
@@ -52,6 +74,7 @@ func startWriter(b *JetStream, p streamwal.PChannel, term uint64, barrier *messa
 		fenceSubj: b.barrierSubject(p),
 		log:       b.log.With().Str("pchannel", p.String()).Uint64("term", term).Logger(),
 		idPrefix:  "w" + strconv.FormatUint(term, 10) + "-" + nuid.Next() + "-",
+		termText:  strconv.FormatUint(term, 10),
 		wake:      make(chan struct{}, 1),
 		closeReq:  make(chan struct{}),
 		done:      make(chan struct{}),
@@ -135,6 +158,7 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 		if err != nil {
 			return nil, err
 		}
+		nm.Header.Set(messages.HdrTerm, w.termText)
 		ids[i] = m.MsgID()
 		if ids[i] == "" {
 			ids[i] = w.idPrefix + strconv.FormatUint(w.idSeq.Add(1), 36)
