@@ -22,13 +22,20 @@ import (
 // sequencer and, on the same embedded server in the same run, through raw
 // JetStream: async publish from one goroutine (4096 pending) and atomic
 // batches of 1000 with an expected last sequence, one at a time. It runs
-// once without and once with SyncAlways and reports msgs/s of each path and
+// without and with SyncAlways (the writer then uses GroupCommit), and with
+// two kinds of callers: window=1, each goroutine waits for every Append;
+// window=32, each goroutine keeps up to 32 appends in flight (AppendAsync),
+// as a node serving many clients does. It reports msgs/s of each path and
 // the sequencer's ratio to each raw path:
 //
-//	go test -run '^$' -bench BenchmarkAppend -benchtime 20000x ./jetstream/
+//	go test -run '^$' -bench BenchmarkAppend -benchtime 50000x ./jetstream/
 func BenchmarkAppend(b *testing.B) {
-	for _, fsync := range []bool{false, true} {
-		b.Run(fmt.Sprintf("sync=%v", fsync), func(b *testing.B) {
+	for _, c := range []struct {
+		fsync  bool
+		window int
+	}{{false, 1}, {false, 32}, {true, 1}, {true, 32}} {
+		fsync, window := c.fsync, c.window
+		b.Run(fmt.Sprintf("sync=%v/window=%d", fsync, window), func(b *testing.B) {
 			srv := embedded.StartTest(b, func(o *embedded.Options) { o.SyncAlways = fsync })
 			nc, err := srv.Connect()
 			if err != nil {
@@ -37,7 +44,7 @@ func BenchmarkAppend(b *testing.B) {
 			defer nc.Close()
 			n := max(b.N, 2000)
 			b.ResetTimer()
-			seq := benchSequencer(b, nc, fsync, n)
+			seq := benchSequencer(b, nc, fsync, window, n)
 			async := benchRawAsync(b, nc, n)
 			batch := benchRawBatch(b, nc, n)
 			b.StopTimer()
@@ -56,7 +63,7 @@ const benchGoroutines = 64
 var payload1K = make([]byte, 1024)
 
 // benchSequencer appends n messages through a writer from 64 goroutines.
-func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, n int) float64 {
+func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, window, n int) float64 {
 	codec, err := messages.NewCodec("bench", nil)
 	if err != nil {
 		b.Fatal(err)
@@ -64,13 +71,13 @@ func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, n int) float64 {
 	opts := jetstream.Options{}
 	if fsync {
 		opts.GroupCommit = true
-		opts.MaxInFlight = benchInFlight
+		opts.MaxInFlight = 2
 	}
 	be, err := jetstream.New(nc, codec, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, _ := streamwal.NewPChannel("seq", 0)
+	p, _ := streamwal.NewPChannel(fmt.Sprintf("seq%d", window), 0)
 	v, _ := p.VChannel(1, 0)
 	ctx := context.Background()
 	w, err := be.OpenWriter(ctx, p, 1)
@@ -90,10 +97,17 @@ func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, n int) float64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := g; i < n; i += benchGoroutines {
-				if _, err := w.Append(ctx, msgs[i]); err != nil {
-					b.Error(err)
-					return
+			var pending []*jetstream.AppendFuture
+			for i := g; i < n || len(pending) > 0; i += benchGoroutines {
+				if i < n {
+					pending = append(pending, w.AppendAsync(ctx, msgs[i]))
+				}
+				if len(pending) == window || i >= n {
+					if _, err := pending[0].Wait(ctx); err != nil {
+						b.Error(err)
+						return
+					}
+					pending = pending[1:]
 				}
 			}
 		}()
@@ -168,5 +182,3 @@ func benchRawBatch(b *testing.B, nc *nats.Conn, n int) float64 {
 	}
 	return float64(n) / time.Since(start).Seconds()
 }
-
-var benchInFlight = 1

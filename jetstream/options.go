@@ -81,6 +81,11 @@ func (o Options) withDefaults(codec *messages.Codec) Options {
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
+	if o.MaxInFlight == 0 && o.GroupCommit {
+		// One unit in flight: everything that arrives meanwhile joins the
+		// next, which is what makes group commit pay.
+		o.MaxInFlight = 1
+	}
 	if o.MaxInFlight == 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}

@@ -40,8 +40,10 @@ func (s *sequencer) reconcile() error {
 	}
 	refs := s.unresolved()
 	landed := map[*AppendFuture][]uint64{}
+	lastID := s.ackedID
 	err = s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error {
-		if r, ok := refs[m.Header.Get(nats.MsgIdHdr)]; ok {
+		lastID = m.Header.Get(nats.MsgIdHdr)
+		if r, ok := refs[lastID]; ok {
 			seqs := landed[r.f]
 			if seqs == nil {
 				seqs = make([]uint64, len(r.f.msgs))
@@ -64,6 +66,7 @@ func (s *sequencer) reconcile() error {
 	}
 	s.settle(landed, nil)
 	s.tail, s.acked = last, last
+	s.ackedID, s.lastID = lastID, lastID
 	return nil
 }
 
@@ -159,7 +162,7 @@ func (s *sequencer) settle(landed map[*AppendFuture][]uint64, fenced error) {
 			}
 		}
 	}
-	s.inflight = nil
+	s.clearInflight()
 	s.queue = append(again, s.queue...)
 }
 

@@ -26,6 +26,12 @@ type batch struct {
 	dup      bool  // refused because a message ID was already stored
 }
 
+// lastMsgID is the message ID of the unit's last message.
+func (b *batch) lastMsgID() string {
+	f := b.reqs[len(b.reqs)-1]
+	return f.ids[len(f.ids)-1]
+}
+
 // atomic reports whether the unit goes out as an atomic batch; a unit of one
 // message is a plain publish, which is atomic by itself and much cheaper.
 func (b *batch) atomic() bool { return b.n > 1 }
@@ -51,24 +57,31 @@ type sequencer struct {
 	queue    []*AppendFuture // taken, not yet sent, in order
 	solo     map[*AppendFuture]bool
 	inflight []*batch
-	tail     uint64 // the last sequence once every in-flight batch landed
-	acked    uint64 // every message up to here is resolved
-	fence    uint64 // our barrier's sequence
-	nextNum  uint64
-	closing  bool
-	closeBy  time.Time
-	fatal    error
+	// inflightMsgs and inflightBatches count what inflight holds.
+	inflightMsgs, inflightBatches int
+	tail                          uint64 // the last sequence once every in-flight batch landed
+	acked                         uint64 // every message up to here is resolved
+	// ackedID is the message ID at acked; lastID the ID of the last
+	// message sent, which the next plain publish expects to follow.
+	ackedID, lastID string
+	fence           uint64 // our barrier's sequence
+	nextNum         uint64
+	closing         bool
+	closeBy         time.Time
+	fatal           error
 }
 
 // newSequencer subscribes to commit acks.
 func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 	s := &sequencer{
 		w: w, nc: w.b.nc, inbox: nats.NewInbox(),
-		acks:  make(chan ack, w.b.opts.MaxInFlightMsgs+16),
-		solo:  map[*AppendFuture]bool{},
-		tail:  barrierSeq,
-		acked: barrierSeq,
-		fence: barrierSeq,
+		acks:    make(chan ack, w.b.opts.MaxInFlightMsgs+16),
+		solo:    map[*AppendFuture]bool{},
+		tail:    barrierSeq,
+		acked:   barrierSeq,
+		ackedID: w.barrier.MsgID(),
+		lastID:  w.barrier.MsgID(),
+		fence:   barrierSeq,
 	}
 	sub, err := s.nc.Subscribe(s.inbox+".*", s.onReply)
 	if err != nil {
@@ -140,14 +153,7 @@ func (s *sequencer) room(n int) bool {
 	if o.Replicas > 1 || o.GroupCommit && len(s.inflight) >= o.MaxInFlight {
 		return false
 	}
-	batches, msgs := 0, 0
-	for _, b := range s.inflight {
-		msgs += b.n
-		if b.atomic() {
-			batches++
-		}
-	}
-	return msgs+n <= o.MaxInFlightMsgs && (n == 1 || batches < o.MaxInFlight)
+	return s.inflightMsgs+n <= o.MaxInFlightMsgs && (n == 1 || s.inflightBatches < o.MaxInFlight)
 }
 
 // nextUnit takes the next unit off the queue, or nil if the pipeline is
@@ -199,7 +205,8 @@ func (s *sequencer) sendBatch(b *batch) {
 		s.w.stats.batches.Add(1)
 	}
 	s.tail += uint64(b.n)
-	s.inflight = append(s.inflight, b)
+	s.lastID = b.lastMsgID()
+	s.push(b)
 	if b.failed != nil {
 		s.recover(b.failed)
 	}
@@ -214,8 +221,14 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 	}
 	if i == 0 {
 		m.Header.Set(njs.ExpectedLastSeqHeader, strconv.FormatUint(b.expect, 10))
-		m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
-		m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
+		if b.atomic() {
+			// Batches cannot expect a message ID: they are fenced by the
+			// barrier subject's last sequence instead.
+			m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
+			m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
+		} else {
+			m.Header.Set(njs.ExpectedLastMsgIDHeader, s.lastID)
+		}
 	}
 	if i == b.n-1 {
 		if b.atomic() {
@@ -309,7 +322,7 @@ func (s *sequencer) onAck(a ack) {
 func (s *sequencer) duplicate(i int, seq uint64) {
 	b := s.inflight[i]
 	b.reqs[0].resolveEach([]uint64{seq})
-	s.inflight = append(s.inflight[:i], s.inflight[i+1:]...)
+	s.remove(i, i+1)
 	s.tail--
 }
 
@@ -319,9 +332,41 @@ func (s *sequencer) duplicate(i int, seq uint64) {
 func (s *sequencer) landed(i int) {
 	for _, b := range s.inflight[:i+1] {
 		s.complete(b, b.expect+1)
-		s.acked = max(s.acked, b.expect+uint64(b.n))
+		if end := b.expect + uint64(b.n); end > s.acked {
+			s.acked, s.ackedID = end, b.lastMsgID()
+		}
 	}
-	s.inflight = append(s.inflight[:0], s.inflight[i+1:]...)
+	s.remove(0, i+1)
+}
+
+// push adds a sent unit to the in-flight list.
+func (s *sequencer) push(b *batch) {
+	s.inflight = append(s.inflight, b)
+	s.inflightMsgs += b.n
+	if b.atomic() {
+		s.inflightBatches++
+	}
+}
+
+// remove drops the in-flight units [from, to). Removing a prefix reslices,
+// so resolving acks in order costs O(1) each.
+func (s *sequencer) remove(from, to int) {
+	for _, b := range s.inflight[from:to] {
+		s.inflightMsgs -= b.n
+		if b.atomic() {
+			s.inflightBatches--
+		}
+	}
+	if from == 0 {
+		s.inflight = s.inflight[to:]
+		return
+	}
+	s.inflight = append(s.inflight[:from], s.inflight[to:]...)
+}
+
+// clearInflight empties the in-flight list.
+func (s *sequencer) clearInflight() {
+	s.inflight, s.inflightMsgs, s.inflightBatches = nil, 0, 0
 }
 
 // complete resolves a landed batch whose first message is at first.
@@ -333,11 +378,12 @@ func (s *sequencer) complete(b *batch, first uint64) {
 	}
 }
 
-// arm sets the timer to the earliest in-flight deadline.
+// arm sets the timer to the earliest in-flight deadline: the first unit's,
+// since units go out in deadline order.
 func (s *sequencer) arm(t *time.Timer) {
 	next := time.Hour
-	for _, b := range s.inflight {
-		next = min(next, time.Until(b.deadline))
+	if len(s.inflight) > 0 {
+		next = time.Until(s.inflight[0].deadline)
 	}
 	if s.closing {
 		next = min(next, time.Until(s.closeBy))
@@ -449,7 +495,8 @@ func (s *sequencer) finish() {
 		f.state.CompareAndSwap(stateQueued, stateTaken)
 		f.fail(reason)
 	}
-	s.inflight, s.queue = nil, nil
+	s.clearInflight()
+	s.queue = nil
 	s.w.final.Store(&reason)
 	if s.fatal != nil {
 		s.w.log.Warn().Err(s.fatal).Msg("writer stopped")

@@ -232,7 +232,7 @@ const (
 // clearBatchHeaders removes what a previous send set.
 func clearBatchHeaders(m *nats.Msg) {
 	for _, h := range []string{hdrBatchID, hdrBatchSeq, hdrBatchCommit, njs.ExpectedLastSeqHeader,
-		njs.ExpectedLastSubjSeqHeader, njs.ExpectedLastSubjSeqSubjHeader} {
+		njs.ExpectedLastSubjSeqHeader, njs.ExpectedLastSubjSeqSubjHeader, njs.ExpectedLastMsgIDHeader} {
 		m.Header.Del(h)
 	}
 	m.Reply = ""

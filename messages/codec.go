@@ -76,7 +76,8 @@ func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
 	if err := checkShape(m.typ, &m.h); err != nil {
 		return nil, err
 	}
-	msg := nats.NewMsg(c.Subject(m))
+	// Room for the properties plus the headers the writer adds.
+	msg := &nats.Msg{Subject: c.Subject(m), Header: make(nats.Header, 16)}
 	encodeHeader(msg.Header, m.typ, &m.h)
 	msg.Data = m.payload
 	return msg, nil

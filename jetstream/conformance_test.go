@@ -1,0 +1,91 @@
+package jetstream_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/jetstream/conformance"
+	"github.com/streamwal/streamwal/messages"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestConformance runs the conformance suite against the JetStream backend
+// on an embedded file-storage server: once with default options, once with
+// group commit on a server that fsyncs every write.
+func TestConformance(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sync bool
+		opts jetstream.Options
+	}{
+		{"default", false, jetstream.Options{}},
+		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conformance.Run(t, jetStreamHarness(t, c.sync, c.opts))
+		})
+	}
+}
+
+// jetStreamHarness starts an embedded server for one run of the suite.
+func jetStreamHarness(t *testing.T, syncAlways bool, opts jetstream.Options) conformance.Harness {
+	srv := embedded.StartTest(t, func(o *embedded.Options) { o.SyncAlways = syncAlways })
+	codec, err := messages.NewCodec("conformance", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []*nats.Conn
+	connect := func(t *testing.T, opts jetstream.Options) jetstream.Backend {
+		t.Helper()
+		nc, err := srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0),
+			// The faults the suite injects make writes fail on purpose.
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		conns = append(conns, nc)
+		mu.Unlock()
+		t.Cleanup(nc.Close)
+		b, err := jetstream.New(nc, codec, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	return conformance.Harness{
+		New:   func(t *testing.T) jetstream.Backend { return connect(t, opts) },
+		Codec: codec,
+		RestartServer: func(t *testing.T) {
+			if err := srv.Restart(); err != nil {
+				t.Fatalf("restart: %v", err)
+			}
+		},
+		DropConnections: func(t *testing.T) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, nc := range conns {
+				if !nc.IsClosed() {
+					if err := nc.ForceReconnect(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+						t.Errorf("force reconnect: %v", err)
+					}
+				}
+			}
+		},
+		NewRestricted: func(t *testing.T, allowed []streamwal.PChannel) jetstream.Backend {
+			o := opts
+			o.PChannels = allowed
+			return connect(t, o)
+		},
+	}
+}
