@@ -14,34 +14,49 @@
 // # The sequencer
 //
 // Each open Writer owns one goroutine, the sequencer, that takes appends in
-// arrival order and writes them as atomic batches of at most
-// [Options.MaxBatch] messages (default 1000). An Append call never spans
-// two batches, so the messages of one call land atomically and contiguously.
-// Under light load a single message goes out at once; under load up to
-// [Options.MaxInFlight] batches are in flight while new appends queue up
-// and form the next, larger batch (group commit).
+// arrival order and writes them in that order on one connection. An Append
+// call never spans two units, so the messages of one call land atomically
+// and contiguously. A unit is either a plain publish (one message: atomic by
+// itself and cheapest) or a JetStream atomic batch of at most
+// [Options.MaxBatch] messages (default 1000). Units are pipelined: several
+// are in flight while new appends queue up.
 //
-// Every batch's first message carries two conditions, checked by the server
-// at commit:
+// Two modes, measured by BenchmarkAppend:
 //
-//   - Nats-Expected-Last-Sequence: the stream sequence the batch must follow
-//     (the previous batch's last sequence), so the stream grows only along
-//     the prefix this writer has seen;
-//   - Nats-Expected-Last-Subject-Sequence on the RecoveryBarrier subject: the
-//     sequence of this writer's own barrier. A newer owner's barrier changes
-//     it, so no batch of a fenced writer can land after that barrier, even a
-//     pipelined one whose expected sequence happens to match the new tail.
+//   - Default: every append goes out on its own as soon as the pipeline has
+//     room (up to [Options.MaxInFlightMsgs] messages). Best when the server
+//     does not fsync each write: an R1 atomic batch is staged in a file store
+//     of its own, a fixed cost that pipelined plain publishes avoid.
+//   - [Options.GroupCommit]: one unit in flight; everything that arrives
+//     meanwhile goes out as the next unit, one atomic batch. Best when the
+//     server fsyncs before acknowledging (SyncAlways): one batch costs one
+//     fsync instead of one per message.
+//
+// Every unit is conditioned so that the stream grows only along the prefix
+// this writer has seen, and so that nothing of this writer can land after a
+// newer owner's barrier:
+//
+//   - Nats-Expected-Last-Sequence on its first message: the sequence the unit
+//     must follow (the end of the unit before it);
+//   - a plain publish also carries Nats-Expected-Last-Msg-Id, the ID of the
+//     message it must follow. A newer owner's barrier (or anything else)
+//     landing in between makes every later unit of this writer fail, even
+//     one whose expected sequence happens to match the new tail;
+//   - an atomic batch cannot expect a message ID, so its first message
+//     carries Nats-Expected-Last-Subject-Sequence on the RecoveryBarrier
+//     subject instead: the sequence of this writer's own barrier, which a
+//     newer barrier changes.
 //
 // Every message carries a unique Nats-Msg-Id (the caller's, or one the
-// writer makes). jetstreamext's batch publisher waits for each commit's
-// acknowledgement before it returns, so it cannot keep several batches in
-// flight in order; the sequencer therefore speaks the atomic-batch headers
-// itself (the names come from jetstreamext) on one connection, with one
-// reply subscription for all commits.
+// writer makes) and Wal-Term, its writer's term. jetstreamext's batch
+// publisher waits for each commit's acknowledgement before it returns, so
+// it cannot keep several units in flight in order; the sequencer therefore
+// speaks the atomic-batch headers itself (ADR-50) on one connection, with one
+// reply subscription for all units.
 //
-// On R3 streams the server refuses a second in-flight expectation on the
-// same subject until the first is applied, so with Replicas > 1 the
-// sequencer keeps one batch in flight.
+// On R3 streams the server refuses a second pending expectation until the
+// first is applied, so with Replicas > 1 the sequencer keeps one unit in
+// flight.
 //
 // # Failures
 //
