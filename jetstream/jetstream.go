@@ -168,8 +168,14 @@ func (b *JetStream) Truncate(ctx context.Context, p streamwal.PChannel, below me
 			return classify(fmt.Errorf("truncate %s below %d (%s): %w", p, below, f, err))
 		}
 	}
-	if err := s.Purge(ctx, njs.WithPurgeSubject(b.barrierSubject(p)), njs.WithPurgeKeep(1)); err != nil {
-		return classify(fmt.Errorf("truncate old barriers of %s: %w", p, err))
+	newest, err := b.newestBarrier(ctx, s, p)
+	if err != nil {
+		return err
+	}
+	if keepFrom := min(uint64(below), newest.seq); keepFrom > 1 {
+		if err := s.Purge(ctx, njs.WithPurgeSubject(b.barrierSubject(p)), njs.WithPurgeSequence(keepFrom)); err != nil {
+			return classify(fmt.Errorf("truncate old barriers of %s: %w", p, err))
+		}
 	}
 	return nil
 }

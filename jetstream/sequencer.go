@@ -420,6 +420,10 @@ func (s *sequencer) recover(cause error) {
 			s.fatal = err
 			return
 		}
+		if s.nc.IsClosed() {
+			s.fatal = streamwal.Errorf(streamwal.CodeUnavailable, "connection closed while resolving the tail: %w", err)
+			return
+		}
 		s.w.log.Warn().Err(err).Msg("cannot read the tail yet; retrying")
 		if s.closing && time.Now().After(s.closeBy) {
 			return
