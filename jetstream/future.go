@@ -26,6 +26,16 @@ type AppendFuture struct {
 	done  chan struct{}
 	seqs  []messages.MessageID
 	err   error
+	// A request refused as a whole because one of its message IDs was
+	// already stored is re-sent as parts, one message each: parent and
+	// index locate a part in its request; parts counts what is pending, and
+	// settled marks a request whose result is final. Only the sequencer
+	// goroutine touches these.
+	parent  *AppendFuture
+	index   int
+	parts   int
+	landed  bool
+	settled bool
 }
 
 // newFuture wraps encoded messages with their message IDs.
@@ -79,6 +89,10 @@ func (f *AppendFuture) take() bool {
 
 // resolve completes the future with the stream sequence of its first message.
 func (f *AppendFuture) resolve(first uint64) {
+	if f.parent != nil {
+		f.parent.partResolved(f.index, first)
+		return
+	}
 	f.seqs = make([]messages.MessageID, len(f.msgs))
 	for i := range f.seqs {
 		f.seqs[i] = messages.MessageID(first + uint64(i))
@@ -88,6 +102,10 @@ func (f *AppendFuture) resolve(first uint64) {
 
 // resolveEach completes the future with one sequence per message.
 func (f *AppendFuture) resolveEach(seqs []uint64) {
+	if f.parent != nil {
+		f.parent.partResolved(f.index, seqs[0])
+		return
+	}
 	f.seqs = make([]messages.MessageID, len(seqs))
 	for i, s := range seqs {
 		f.seqs[i] = messages.MessageID(s)
@@ -97,6 +115,51 @@ func (f *AppendFuture) resolveEach(seqs []uint64) {
 
 // fail completes the future with an error.
 func (f *AppendFuture) fail(err error) {
+	if f.parent != nil {
+		f.parent.partFailed(err)
+		return
+	}
 	f.err = err
+	close(f.done)
+}
+
+// split turns a request into parts of one message each.
+func (f *AppendFuture) split() []*AppendFuture {
+	parts := make([]*AppendFuture, len(f.msgs))
+	for i := range f.msgs {
+		p := &AppendFuture{msgs: f.msgs[i : i+1], ids: f.ids[i : i+1], done: make(chan struct{}), parent: f, index: i}
+		p.state.Store(stateTaken)
+		parts[i] = p
+	}
+	f.parts = len(parts)
+	f.seqs = make([]messages.MessageID, len(f.msgs))
+	return parts
+}
+
+// partResolved records that part i is stored at seq.
+func (f *AppendFuture) partResolved(i int, seq uint64) {
+	if f.settled {
+		return
+	}
+	f.seqs[i] = messages.MessageID(seq)
+	f.landed = true
+	if f.parts--; f.parts == 0 {
+		f.settled = true
+		close(f.done)
+	}
+}
+
+// partFailed fails the request with the first failure of a part. If
+// another part already landed, the request is partly written.
+func (f *AppendFuture) partFailed(err error) {
+	if f.settled {
+		return
+	}
+	f.settled = true
+	f.seqs = nil
+	f.err = err
+	if f.landed {
+		f.err = streamwal.Errorf(streamwal.CodeUnknownOutcome, "part of the append landed before: %v", err)
+	}
 	close(f.done)
 }

@@ -135,7 +135,7 @@ func (s *sequencer) stranger(m *njs.RawStreamMsg) error {
 
 // settle resolves landed requests and queues the others again, in order;
 // when the writer is fenced (fenced != nil) the others fail with it instead.
-// A request that landed only in part (possible only when it was retried
+// A request that landed only in part (possible only when it was re-sent
 // message by message) fails with an unknown outcome.
 func (s *sequencer) settle(landed map[*AppendFuture][]uint64, fenced error) {
 	var again []*AppendFuture
@@ -151,11 +151,19 @@ func (s *sequencer) settle(landed map[*AppendFuture][]uint64, fenced error) {
 				delete(s.solo, f)
 			case fenced != nil:
 				f.fail(fenced)
-			case b.dup && s.solo[f]:
-				f.fail(streamwal.Errorf(streamwal.CodeDuplicate, "a message ID of this append was already stored"))
+			case b.dup && s.solo[f] && len(f.msgs) > 1:
+				// Refused alone: re-send message by message, so that each
+				// stored ID resolves to its original sequence.
 				delete(s.solo, f)
+				for _, p := range f.split() {
+					s.solo[p] = true
+					again = append(again, p)
+				}
 			default:
 				if b.dup {
+					// Refused with others: re-send alone (a single message
+					// then goes as a plain publish, which answers a stored
+					// ID with its original sequence).
 					s.solo[f] = true
 				}
 				again = append(again, f)

@@ -54,7 +54,8 @@ type sequencer struct {
 	inbox    string
 	sub      *nats.Subscription
 	acks     chan ack
-	queue    []*AppendFuture // taken, not yet sent, in order
+	status   chan nats.Status // reconnections of the connection
+	queue    []*AppendFuture  // taken, not yet sent, in order
 	solo     map[*AppendFuture]bool
 	inflight []*batch
 	// inflightMsgs and inflightBatches count what inflight holds.
@@ -88,6 +89,7 @@ func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 		return nil, classify(fmt.Errorf("subscribe to batch acks: %w", err))
 	}
 	s.sub = sub
+	s.status = s.nc.StatusChanged(nats.CONNECTED)
 	return s, nil
 }
 
@@ -95,6 +97,7 @@ func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 func (s *sequencer) run() {
 	defer close(s.w.done)
 	defer func() { _ = s.sub.Unsubscribe() }()
+	defer s.nc.RemoveStatusListener(s.status)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for s.fatal == nil {
@@ -110,6 +113,8 @@ func (s *sequencer) run() {
 			s.onAck(a)
 		case <-timer.C:
 			s.onTimer()
+		case <-s.status:
+			s.onReconnect()
 		case <-s.w.closeReq:
 			if !s.closing {
 				s.closing, s.closeBy = true, time.Now().Add(closeBudget)
@@ -324,6 +329,13 @@ func (s *sequencer) duplicate(i int, seq uint64) {
 	b.reqs[0].resolveEach([]uint64{seq})
 	s.remove(i, i+1)
 	s.tail--
+	if i == len(s.inflight) {
+		// Nothing was sent after it: the next unit follows what came before.
+		s.lastID = s.ackedID
+		if i > 0 {
+			s.lastID = s.inflight[i-1].lastMsgID()
+		}
+	}
 }
 
 // landed resolves the in-flight batches up to index i once batch i's ack
@@ -399,6 +411,22 @@ func (s *sequencer) onTimer() {
 			return
 		}
 	}
+}
+
+// onReconnect resolves the tail at once after a reconnection: the answers
+// to what was in flight may have been lost with the old connection, and
+// waiting for every deadline would stall appends for AckTimeout.
+func (s *sequencer) onReconnect() {
+	if len(s.inflight) == 0 {
+		return
+	}
+	err := streamwal.Errorf(streamwal.CodeUnavailable, "connection re-established with units in flight")
+	for _, b := range s.inflight {
+		if b.failed == nil {
+			b.failed = err
+		}
+	}
+	s.recover(err)
 }
 
 // recover settles every in-flight batch against the stream: it waits for
@@ -492,7 +520,7 @@ func (s *sequencer) finish() {
 	}
 	for _, b := range s.inflight {
 		for _, f := range b.reqs {
-			f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "writer stopped before the append was confirmed: %w", reason))
+			f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "writer stopped before the append was confirmed: %v", reason))
 		}
 	}
 	for _, f := range append(s.queue, s.w.stop(reason)...) {

@@ -1,0 +1,76 @@
+package conformance
+
+import (
+	"os"
+	"strconv"
+	"testing"
+)
+
+// DefaultFenceIterations is how many rounds the fencing test runs unless
+// the harness or STREAMWAL_FENCE_ITERATIONS says otherwise.
+const DefaultFenceIterations = 30
+
+// FenceIterationsEnv overrides Harness.FenceIterations (to raise the
+// rounds of the fencing test in a long run).
+const FenceIterationsEnv = "STREAMWAL_FENCE_ITERATIONS"
+
+// Run runs the conformance suite against the backends h makes. Every check
+// is a subtest:
+//
+//   - ParallelAppendRead: three PChannels in parallel, three terms each,
+//     concurrent single- and multi-message appenders and two scanners from
+//     Earliest: strictly increasing IDs, read set = acknowledged set (each
+//     once, at its MessageID, with its message ID), appends contiguous, one
+//     barrier per term matching Writer.Barrier.
+//   - StartPositions: Earliest, Latest, From, After, From below the first
+//     message after truncation.
+//   - Filters: VChannel and PChannel-level filters.
+//   - TruncateReopen: truncation keeps the newest barrier, reopening under
+//     a higher term works, the old writer is fenced.
+//   - IdempotentRetry: an append repeated with stored message IDs writes
+//     nothing and answers the original MessageIDs.
+//   - Fencing: a writer under load is fenced by a newer one opened from
+//     another connection: nothing of the old term lands after the new
+//     barrier, acknowledged appends are there, fenced ones are not.
+//   - Faults: appenders with idempotent retries while the harness restarts
+//     the server or drops connections: no acknowledged append lost or
+//     duplicated.
+//   - BadArguments: every invalid call fails with a typed error and writes
+//     nothing.
+//   - Lifecycle: Close and context cancellation stop blocked scanners
+//     promptly; writers resolve queued appends on Close; a closed backend
+//     refuses new work.
+func Run(t *testing.T, h Harness) {
+	if h.New == nil || h.Codec == nil {
+		t.Fatal("conformance: the harness needs New and Codec")
+	}
+	if n, err := strconv.Atoi(os.Getenv(FenceIterationsEnv)); err == nil && n > 0 {
+		h.FenceIterations = n
+	}
+	if h.FenceIterations <= 0 {
+		h.FenceIterations = DefaultFenceIterations
+	}
+	e := &env{h: h, codec: h.Codec}
+	t.Run("ParallelAppendRead", e.testParallelAppendRead)
+	t.Run("StartPositions", e.testStartPositions)
+	t.Run("Filters", e.testFilters)
+	t.Run("TruncateReopen", e.testTruncateReopen)
+	t.Run("IdempotentRetry", e.testIdempotentRetry)
+	t.Run("Fencing", e.testFencing)
+	t.Run("Faults", func(t *testing.T) {
+		t.Run("RestartServer", func(t *testing.T) {
+			if h.RestartServer == nil {
+				t.Skip("the harness cannot restart the server")
+			}
+			e.testFaults(t, faultRestart)
+		})
+		t.Run("DropConnections", func(t *testing.T) {
+			if h.DropConnections == nil {
+				t.Skip("the harness cannot drop connections")
+			}
+			e.testFaults(t, faultDrop)
+		})
+	})
+	t.Run("BadArguments", e.testBadArguments)
+	t.Run("Lifecycle", e.testLifecycle)
+}
