@@ -36,6 +36,10 @@ type AppendFuture struct {
 	parts   int
 	landed  bool
 	settled bool
+	// solo: send alone (after a duplicate refusal); sent: went out at least
+	// once, so it may land even if a later attempt is abandoned.
+	solo bool
+	sent bool
 }
 
 // newFuture wraps encoded messages with their message IDs.
@@ -127,7 +131,7 @@ func (f *AppendFuture) fail(err error) {
 func (f *AppendFuture) split() []*AppendFuture {
 	parts := make([]*AppendFuture, len(f.msgs))
 	for i := range f.msgs {
-		p := &AppendFuture{msgs: f.msgs[i : i+1], ids: f.ids[i : i+1], done: make(chan struct{}), parent: f, index: i}
+		p := &AppendFuture{msgs: f.msgs[i : i+1], ids: f.ids[i : i+1], done: make(chan struct{}), parent: f, index: i, solo: true}
 		p.state.Store(stateTaken)
 		parts[i] = p
 	}

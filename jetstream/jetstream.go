@@ -132,6 +132,16 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 	if err := b.Provision(ctx, p); err != nil {
 		return nil, err
 	}
+	if opts.Start.Kind == StartLatest {
+		// An ordered consumer re-created after a reconnect before it
+		// delivered anything would start "new" again and skip what was
+		// appended meanwhile: pin the start to a sequence instead.
+		s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+		if err != nil {
+			return nil, classify(fmt.Errorf("read %s: %w", p, err))
+		}
+		opts.Start = After(messages.MessageID(s.CachedInfo().State.LastSeq))
+	}
 	return newScanner(ctx, b, p, opts)
 }
 

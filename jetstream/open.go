@@ -9,7 +9,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
@@ -60,7 +59,14 @@ func (b *JetStream) barrierMessage(p streamwal.PChannel, term uint64, cfg writer
 	}
 	m.SetTerm(term)
 	if m.MsgID() == "" {
-		if err := m.SetMsgID("barrier-" + strconv.FormatUint(term, 10) + "-" + nuid.Next()); err != nil {
+		// Fixed per (pchannel, term, node): if the barrier landed but its
+		// ack was lost, the same node reopening under the same term
+		// recognizes it as its own.
+		node := cfg.node
+		if node == "" {
+			node = "-"
+		}
+		if err := m.SetMsgID("barrier-" + p.String() + "-" + strconv.FormatUint(term, 10) + "-" + node); err != nil {
 			return nil, err
 		}
 	}
@@ -85,7 +91,7 @@ func (b *JetStream) landBarrier(ctx context.Context, p streamwal.PChannel, term 
 	delay := 5 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		seq, retry, err := b.tryBarrier(ctx, stream, p, term, m, attempt < tailAttempts)
-		if !retry {
+		if !retry || !streamwal.IsRetriable(err) && !wrongLastSequence(err) {
 			return seq, err
 		}
 		b.log.Debug().Err(err).Str("pchannel", p.String()).Msg("barrier contended, retrying")
@@ -117,7 +123,7 @@ func (b *JetStream) tryBarrier(ctx context.Context, stream njs.Stream, p streamw
 		return 0, true, err
 	}
 	switch {
-	case last.term == term && last.msgID == m.MsgID():
+	case last.term == term && last.msgID == m.MsgID() && last.seq == info.State.LastSeq:
 		return last.seq, false, nil // our own barrier; its ack was lost
 	case last.term >= term:
 		return 0, false, streamwal.Errorf(streamwal.CodeFenced,
@@ -136,6 +142,14 @@ func (b *JetStream) tryBarrier(ctx context.Context, stream njs.Stream, p streamw
 		return 0, true, classify(err)
 	}
 	return ack.Sequence, false, nil
+}
+
+// wrongLastSequence reports whether a publish failed its expected sequence
+// (the tail moved), which a new attempt on the new tail may pass.
+func wrongLastSequence(err error) bool {
+	var apiErr *njs.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // newestBarrier reads the newest RecoveryBarrier of p (zero if none).

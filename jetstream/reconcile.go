@@ -23,10 +23,11 @@ type msgRef struct {
 }
 
 // reconcile reads the stream from the last resolved sequence to its end and
-// settles every in-flight batch: landed batches resolve, the others go back
-// to the front of the queue. A newer barrier or a stranger's message in the
-// tail fences the writer; a tail shorter than what was acknowledged is
-// unrecoverable.
+// settles every in-flight unit: landed requests resolve, the others go back
+// to the front of the queue. A newer owner's barrier in the tail fences the
+// writer: what did not land before it never will. A stranger's message (no
+// barrier) stops the writer as unrecoverable. A tail shorter than what was
+// acknowledged is unrecoverable.
 func (s *sequencer) reconcile() error {
 	ctx, cancel := context.WithTimeout(context.Background(), s.w.b.opts.AckTimeout)
 	defer cancel()
@@ -38,42 +39,69 @@ func (s *sequencer) reconcile() error {
 		return streamwal.Errorf(streamwal.CodeUnrecoverable,
 			"stream %s ends at %d but this writer had %d acknowledged: acknowledged writes were lost", s.w.stream, last, s.acked)
 	}
-	refs := s.unresolved()
-	landed := map[*AppendFuture][]uint64{}
-	lastID := s.ackedID
-	err = s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error {
-		lastID = m.Header.Get(nats.MsgIdHdr)
-		if r, ok := refs[lastID]; ok {
-			seqs := landed[r.f]
-			if seqs == nil {
-				seqs = make([]uint64, len(r.f.msgs))
-				landed[r.f] = seqs
-			}
-			seqs[r.i] = m.Sequence
-			return nil
-		}
-		return s.stranger(m)
-	})
-	var fence *fencedError
-	switch {
-	case errors.As(err, &fence):
-		// Nothing of ours lands after a newer barrier: what did not land
-		// before it never will.
-		s.settle(landed, fence.err)
-		return fence.err
-	case err != nil:
+	t := &tailScan{refs: s.unresolved(), landed: map[*AppendFuture][]uint64{}, lastID: s.ackedID}
+	last, err = s.scanTail(ctx, last, func(m *njs.RawStreamMsg) error { return s.judge(t, m) })
+	if err != nil {
 		return err
 	}
-	s.settle(landed, nil)
+	switch {
+	case t.fenced != nil:
+		s.settle(t, t.fenced)
+		return t.fenced
+	case t.stranger != nil:
+		s.settle(t, streamwal.Errorf(streamwal.CodeUnknownOutcome, "the writer stopped: %v", t.stranger))
+		return t.stranger
+	}
+	s.settle(t, nil)
 	s.tail, s.acked = last, last
-	s.ackedID, s.lastID = lastID, lastID
+	s.ackedID, s.lastID = t.lastID, t.lastID
 	return nil
 }
 
-// fencedError stops a tail scan at a newer owner's barrier.
-type fencedError struct{ err error }
+// tailScan is what reading the tail found.
+type tailScan struct {
+	refs   map[string]msgRef
+	landed map[*AppendFuture][]uint64
+	// late are requests with a message after a newer barrier: that must
+	// never happen, and their callers learn only an unknown outcome.
+	late     map[*AppendFuture]bool
+	lastID   string
+	fenced   error
+	stranger error
+}
 
-func (e *fencedError) Error() string { return e.err.Error() }
+// judge records one message of the tail.
+func (s *sequencer) judge(t *tailScan, m *njs.RawStreamMsg) error {
+	id := m.Header.Get(nats.MsgIdHdr)
+	t.lastID = id
+	r, ours := t.refs[id]
+	switch {
+	case ours && t.fenced != nil:
+		s.w.log.Error().Uint64("seq", m.Sequence).Str("msg_id", id).
+			Msg("INVARIANT VIOLATED: a message of this writer landed after a newer owner's barrier")
+		if t.late == nil {
+			t.late = map[*AppendFuture]bool{}
+		}
+		t.late[r.f] = true
+	case ours:
+		seqs := t.landed[r.f]
+		if seqs == nil {
+			seqs = make([]uint64, len(r.f.msgs))
+			t.landed[r.f] = seqs
+		}
+		seqs[r.i] = m.Sequence
+	case t.fenced != nil || t.stranger != nil:
+		// The newer owner's messages; keep looking for ours.
+	case m.Subject == s.w.fenceSubj:
+		term, _ := strconv.ParseUint(m.Header.Get(messages.HdrTerm), 10, 64)
+		t.fenced = streamwal.Errorf(streamwal.CodeFenced, "%s was opened under term %d (barrier at %d); this writer has term %d",
+			s.w.p, term, m.Sequence, s.w.term)
+	default:
+		t.stranger = streamwal.Errorf(streamwal.CodeUnrecoverable, "%s holds message %d (%s) of another writer without a newer barrier",
+			s.w.p, m.Sequence, id)
+	}
+	return nil
+}
 
 // unresolved indexes the message IDs of every in-flight request.
 func (s *sequencer) unresolved() map[string]msgRef {
@@ -88,13 +116,19 @@ func (s *sequencer) unresolved() map[string]msgRef {
 	return refs
 }
 
-// scanTail calls fn for every message after s.acked up to last.
-func (s *sequencer) scanTail(ctx context.Context, last uint64, fn func(*njs.RawStreamMsg) error) error {
-	for from := s.acked + 1; from <= last; {
-		n := int(min(uint64(tailChunk), last-from+1))
-		it, err := jetstreamext.GetBatch(ctx, s.w.b.js, s.w.stream, n, jetstreamext.GetBatchSeq(from))
+// scanTail calls fn for every message after s.acked, up to last and beyond
+// it until the stream ends: stream info is not isolated from an atomic
+// batch's commit and may end inside one, direct gets are. It returns the
+// sequence the tail really ends at.
+func (s *sequencer) scanTail(ctx context.Context, last uint64, fn func(*njs.RawStreamMsg) error) (uint64, error) {
+	end := last
+	for from := s.acked + 1; ; {
+		it, err := jetstreamext.GetBatch(ctx, s.w.b.js, s.w.stream, tailChunk, jetstreamext.GetBatchSeq(from))
 		if err != nil {
-			return classify(err)
+			if errors.Is(err, jetstreamext.ErrNoMessages) && from > last {
+				return end, nil
+			}
+			return 0, classify(err)
 		}
 		got := 0
 		for m, err := range it {
@@ -102,69 +136,56 @@ func (s *sequencer) scanTail(ctx context.Context, last uint64, fn func(*njs.RawS
 				break
 			}
 			if err != nil {
-				return classify(err)
-			}
-			if m.Sequence > last {
-				break
+				return 0, classify(err)
 			}
 			if err := fn(m); err != nil {
-				return err
+				return 0, err
 			}
 			from = m.Sequence + 1
+			end = max(end, m.Sequence)
 			got++
 		}
 		if got == 0 {
-			return streamwal.Errorf(streamwal.CodeUnavailable, "tail of %s from %d is not readable yet", s.w.stream, from)
+			if from <= last {
+				return 0, streamwal.Errorf(streamwal.CodeUnavailable, "tail of %s from %d is not readable yet", s.w.stream, from)
+			}
+			return end, nil
 		}
 	}
-	return nil
 }
 
-// stranger judges a message in the tail that is not ours: a barrier of a
-// newer term fences us; anything else means another writer shares the
-// stream, which fences us too rather than interleave with it.
-func (s *sequencer) stranger(m *njs.RawStreamMsg) error {
-	if m.Subject == s.w.fenceSubj {
-		term, _ := strconv.ParseUint(m.Header.Get(messages.HdrTerm), 10, 64)
-		return &fencedError{streamwal.Errorf(streamwal.CodeFenced, "%s was opened under term %d (barrier at %d); this writer has term %d",
-			s.w.p, term, m.Sequence, s.w.term)}
-	}
-	return streamwal.Errorf(streamwal.CodeFenced, "%s holds message %d (%s) of another writer; stopping",
-		s.w.p, m.Sequence, m.Header.Get(nats.MsgIdHdr))
-}
-
-// settle resolves landed requests and queues the others again, in order;
-// when the writer is fenced (fenced != nil) the others fail with it instead.
-// A request that landed only in part (possible only when it was re-sent
-// message by message) fails with an unknown outcome.
-func (s *sequencer) settle(landed map[*AppendFuture][]uint64, fenced error) {
+// settle resolves landed requests and queues the others again, in order.
+// When the writer stops (final != nil) the others fail with final instead:
+// ErrFenced after a newer barrier (they can never land), an unknown outcome
+// otherwise. A request refused for good by the server fails with that
+// refusal. A request that landed only in part (possible only when it was
+// re-sent message by message) fails with an unknown outcome.
+func (s *sequencer) settle(t *tailScan, final error) {
 	var again []*AppendFuture
 	for _, b := range s.inflight {
 		for _, f := range b.reqs {
-			seqs, ok := landed[f]
+			seqs, ok := t.landed[f]
 			switch {
+			case t.late[f]:
+				f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "the append landed after a newer owner's barrier"))
 			case ok && allSet(seqs):
 				f.resolveEach(seqs)
-				delete(s.solo, f)
 			case ok:
 				f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "only part of the append landed"))
-				delete(s.solo, f)
-			case fenced != nil:
-				f.fail(fenced)
-			case b.dup && s.solo[f] && len(f.msgs) > 1:
+			case final != nil:
+				f.fail(final)
+			case b.permanent != nil:
+				f.fail(b.permanent)
+			case b.dup && f.solo && len(f.msgs) > 1:
 				// Refused alone: re-send message by message, so that each
 				// stored ID resolves to its original sequence.
-				delete(s.solo, f)
-				for _, p := range f.split() {
-					s.solo[p] = true
-					again = append(again, p)
-				}
+				again = append(again, f.split()...)
 			default:
 				if b.dup {
 					// Refused with others: re-send alone (a single message
 					// then goes as a plain publish, which answers a stored
 					// ID with its original sequence).
-					s.solo[f] = true
+					f.solo = true
 				}
 				again = append(again, f)
 			}

@@ -1,11 +1,13 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -24,6 +26,9 @@ type batch struct {
 	deadline time.Time
 	failed   error // set once the server refused it or it timed out
 	dup      bool  // refused because a message ID was already stored
+	// permanent is set when the server refused the unit for a reason a
+	// retry cannot cure (message too large, stream full, sealed).
+	permanent error
 }
 
 // lastMsgID is the message ID of the unit's last message.
@@ -43,6 +48,8 @@ type ack struct {
 	count uint64
 	err   error
 	dup   bool
+	// permanent: the refusal will not go away on a retry.
+	permanent bool
 	// duplicate: a plain publish whose message ID was already stored at seq.
 	duplicate bool
 }
@@ -53,10 +60,9 @@ type sequencer struct {
 	nc       *nats.Conn
 	inbox    string
 	sub      *nats.Subscription
-	acks     chan ack
+	replies  chan *nats.Msg   // commit and publish acks, straight from the connection
 	status   chan nats.Status // reconnections of the connection
 	queue    []*AppendFuture  // taken, not yet sent, in order
-	solo     map[*AppendFuture]bool
 	inflight []*batch
 	// inflightMsgs and inflightBatches count what inflight holds.
 	inflightMsgs, inflightBatches int
@@ -68,6 +74,7 @@ type sequencer struct {
 	fence           uint64 // our barrier's sequence
 	nextNum         uint64
 	closing         bool
+	refusals        int // consecutive refusals, for backoff
 	closeBy         time.Time
 	fatal           error
 }
@@ -75,16 +82,18 @@ type sequencer struct {
 // newSequencer subscribes to commit acks.
 func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 	s := &sequencer{
-		w: w, nc: w.b.nc, inbox: nats.NewInbox(),
-		acks:    make(chan ack, w.b.opts.MaxInFlightMsgs+16),
-		solo:    map[*AppendFuture]bool{},
+		w: w, nc: w.b.nc, inbox: w.b.nc.NewInbox(),
+		replies: make(chan *nats.Msg, w.b.opts.MaxInFlightMsgs+64),
 		tail:    barrierSeq,
 		acked:   barrierSeq,
 		ackedID: w.barrier.MsgID(),
 		lastID:  w.barrier.MsgID(),
 		fence:   barrierSeq,
 	}
-	sub, err := s.nc.Subscribe(s.inbox+".*", s.onReply)
+	// A channel subscription hands replies to the sequencer without a
+	// dispatcher goroutine in between. The channel holds more than the
+	// pipeline can have in flight, so it never drops a reply.
+	sub, err := s.nc.ChanSubscribe(s.inbox+".*", s.replies)
 	if err != nil {
 		return nil, classify(fmt.Errorf("subscribe to batch acks: %w", err))
 	}
@@ -109,8 +118,10 @@ func (s *sequencer) run() {
 		s.arm(timer)
 		select {
 		case <-s.w.wake:
-		case a := <-s.acks:
-			s.onAck(a)
+		case m := <-s.replies:
+			if a, ok := s.parseReply(m); ok {
+				s.onAck(a)
+			}
 		case <-timer.C:
 			s.onTimer()
 		case <-s.status:
@@ -140,7 +151,9 @@ func (s *sequencer) send() {
 		if b == nil {
 			return
 		}
-		s.sendBatch(b)
+		if !s.sendBatch(b) {
+			return // recovered: let the loop look at Close and replies first
+		}
 	}
 }
 
@@ -154,6 +167,12 @@ func (s *sequencer) room(n int) bool {
 	o := s.w.b.opts
 	if len(s.inflight) == 0 {
 		return true
+	}
+	if last := s.inflight[len(s.inflight)-1]; last.reqs[0].parent != nil {
+		// The parts of a request re-sent message by message go one at a
+		// time: a stored ID does not grow the stream, which would fail every
+		// part pipelined behind it.
+		return false
 	}
 	if o.Replicas > 1 || o.GroupCommit && len(s.inflight) >= o.MaxInFlight {
 		return false
@@ -173,12 +192,12 @@ func (s *sequencer) nextUnit() *batch {
 	s.nextNum++
 	for len(s.queue) > 0 {
 		f := s.queue[0]
-		if len(b.reqs) > 0 && (!s.w.b.opts.GroupCommit || s.solo[f] || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
+		if len(b.reqs) > 0 && (!s.w.b.opts.GroupCommit || f.solo || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
 			break
 		}
 		b.reqs, b.n = append(b.reqs, f), b.n+len(f.msgs)
 		s.queue = s.queue[1:]
-		if s.solo[f] {
+		if f.solo {
 			break
 		}
 	}
@@ -188,16 +207,28 @@ func (s *sequencer) nextUnit() *batch {
 // sendBatch publishes a unit: the conditions on its first message; for an
 // atomic batch the batch headers, and the commit and reply subject on its
 // last message.
-func (s *sequencer) sendBatch(b *batch) {
+// It reports false if the unit could not go out whole and the sequencer
+// recovered or dropped a request.
+func (s *sequencer) sendBatch(b *batch) bool {
 	id := ""
 	if b.atomic() {
 		id = nuid.Next()
 	}
 	i := 0
-	for _, f := range b.reqs {
+	for k, f := range b.reqs {
+		f.sent = true
 		for _, m := range f.msgs {
 			s.prepare(m, b, id, i)
-			if err := s.nc.PublishMsg(m); err != nil && b.failed == nil {
+			err := s.nc.PublishMsg(m)
+			if err != nil && !connectionError(err) {
+				// The client refused the message itself (it never left):
+				// fail its request, queue the rest again. An unfinished
+				// batch is never committed, so nothing of it is stored.
+				f.fail(streamwal.Errorf(streamwal.CodeInvalidArgument, "publish refused by the client: %v", err))
+				s.queue = append(append(append([]*AppendFuture(nil), b.reqs[:k]...), b.reqs[k+1:]...), s.queue...)
+				return false
+			}
+			if err != nil && b.failed == nil {
 				b.failed = classify(fmt.Errorf("publish: %w", err))
 			}
 			i++
@@ -214,7 +245,17 @@ func (s *sequencer) sendBatch(b *batch) {
 	s.push(b)
 	if b.failed != nil {
 		s.recover(b.failed)
+		return false
 	}
+	return true
+}
+
+// connectionError reports whether a publish failed because of the
+// connection (the message may or may not have left) rather than the message.
+func connectionError(err error) bool {
+	return errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, nats.ErrConnectionDraining) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, nats.ErrReconnectBufExceeded) || errors.Is(err, nats.ErrStaleConnection)
 }
 
 // prepare sets the headers of message i of unit b.
@@ -233,6 +274,12 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 			m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
 		} else {
 			m.Header.Set(njs.ExpectedLastMsgIDHeader, s.lastID)
+			if !strings.HasPrefix(s.lastID, s.w.idPrefix) {
+				// A caller's message ID may be stored again by a newer
+				// owner, so it does not fence: expect our barrier too.
+				m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
+				m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
+			}
 		}
 	}
 	if i == b.n-1 {
@@ -243,13 +290,13 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 	}
 }
 
-// onReply parses a commit reply on the NATS dispatcher goroutine.
-func (s *sequencer) onReply(m *nats.Msg) {
+// parseReply decodes a reply; false for a subject that names no unit.
+func (s *sequencer) parseReply(m *nats.Msg) (ack, bool) {
 	num, err := strconv.ParseUint(m.Subject[len(s.inbox)+1:], 10, 64)
 	if err != nil {
-		return
+		return ack{}, false
 	}
-	s.acks <- parseAck(num, m)
+	return parseAck(num, m), true
 }
 
 // batchReply is the JSON of a batch commit's answer.
@@ -257,13 +304,18 @@ type batchReply struct {
 	Stream    string `json:"stream"`
 	Seq       uint64 `json:"seq"`
 	Count     uint64 `json:"count"`
-	Duplicate bool   `json:"duplicate"`
+	Duplicate bool   `json:"duplicate,omitempty"`
 	Error     *struct {
 		Code        int    `json:"code"`
 		ErrCode     uint16 `json:"err_code"`
 		Description string `json:"description"`
-	} `json:"error"`
+	} `json:"error,omitempty"`
 }
+
+// permanentRefusals are the server's refusals that a retry cannot cure:
+// message over the stream's maximum size, store failure (stream full),
+// insufficient resources, sealed stream.
+var permanentRefusals = map[uint16]bool{10054: true, 10077: true, 10023: true, 10109: true}
 
 // errCodeDuplicateInBatch is the server's refusal of a batch holding an
 // already-stored message ID.
@@ -275,18 +327,62 @@ func parseAck(num uint64, m *nats.Msg) ack {
 		return ack{num: num, err: streamwal.Errorf(streamwal.CodeUnavailable, "batch commit answered status %s %s",
 			m.Header.Get("Status"), m.Header.Get("Description"))}
 	}
+	if a, ok := parseAckFast(num, m.Data); ok {
+		return a
+	}
 	var r batchReply
 	if err := json.Unmarshal(m.Data, &r); err != nil {
 		return ack{num: num, err: streamwal.Errorf(streamwal.CodeInternal, "bad batch ack %q: %v", m.Data, err)}
 	}
 	if r.Error != nil {
+		if permanentRefusals[r.Error.ErrCode] {
+			return ack{num: num, permanent: true, err: streamwal.Errorf(streamwal.CodeUnrecoverable,
+				"refused by the server: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
+		}
 		return ack{num: num, dup: r.Error.ErrCode == errCodeDuplicateInBatch,
-			err: streamwal.Errorf(streamwal.CodeUnavailable, "batch refused: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
+			err: streamwal.Errorf(streamwal.CodeUnavailable, "refused: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
 	}
 	if r.Count == 0 {
 		r.Count = 1 // a plain publish
 	}
 	return ack{num: num, seq: r.Seq, count: r.Count, duplicate: r.Duplicate}
+}
+
+// parseAckFast decodes the common successful acks without reflection:
+// {"stream":"S","seq":N} for a publish, {...,"batch":"B","count":C} for a
+// batch. Anything else (an error, a duplicate, an unexpected shape) falls
+// back to encoding/json.
+func parseAckFast(num uint64, data []byte) (ack, bool) {
+	if bytes.Contains(data, []byte(`"error"`)) || bytes.Contains(data, []byte(`"duplicate"`)) {
+		return ack{}, false // rare: let encoding/json read it
+	}
+	seq, ok := jsonUint(data, `"seq":`)
+	if !ok {
+		return ack{}, false
+	}
+	count, ok := jsonUint(data, `"count":`)
+	if !ok || count == 0 {
+		count = 1 // a plain publish
+	}
+	return ack{num: num, seq: seq, count: count}, true
+}
+
+// jsonUint reads the unsigned number after key.
+func jsonUint(data []byte, key string) (uint64, bool) {
+	i := bytes.Index(data, []byte(key))
+	if i < 0 {
+		return 0, false
+	}
+	i += len(key)
+	j := i
+	for j < len(data) && data[j] >= '0' && data[j] <= '9' {
+		j++
+	}
+	if j == i || j-i > 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(data[i:j]), 10, 64)
+	return n, err == nil
 }
 
 // find returns the in-flight batch of a number.
@@ -313,11 +409,14 @@ func (s *sequencer) onAck(a ack) {
 		a.err = streamwal.Errorf(streamwal.CodeInternal, "batch ack %d/%d does not match %d after %d", a.seq, a.count, b.n, b.expect)
 	}
 	if a.err != nil {
-		b.failed, b.dup = a.err, a.dup
+		s.noteRefusal(b, a)
 		s.recover(a.err)
 		return
 	}
-	s.landed(i)
+	if !s.landed(i) {
+		b.failed = streamwal.Errorf(streamwal.CodeInternal, "unit landed after a refused unit")
+		s.recover(b.failed)
+	}
 }
 
 // duplicate resolves a plain publish whose message ID was already stored:
@@ -326,6 +425,7 @@ func (s *sequencer) onAck(a ack) {
 // sequence and be re-sent by recovery.
 func (s *sequencer) duplicate(i int, seq uint64) {
 	b := s.inflight[i]
+	s.refusals = 0
 	b.reqs[0].resolveEach([]uint64{seq})
 	s.remove(i, i+1)
 	s.tail--
@@ -341,7 +441,16 @@ func (s *sequencer) duplicate(i int, seq uint64) {
 // landed resolves the in-flight batches up to index i once batch i's ack
 // arrived: batch i followed exactly the sequence its predecessors were to
 // end at, under this writer's fence, so they landed too.
-func (s *sequencer) landed(i int) {
+//
+// It reports false, resolving nothing, if a unit before it was refused: then
+// only the tail can tell what happened.
+func (s *sequencer) landed(i int) bool {
+	for _, b := range s.inflight[:i] {
+		if b.failed != nil {
+			return false
+		}
+	}
+	s.refusals = 0
 	for _, b := range s.inflight[:i+1] {
 		s.complete(b, b.expect+1)
 		if end := b.expect + uint64(b.n); end > s.acked {
@@ -349,6 +458,7 @@ func (s *sequencer) landed(i int) {
 		}
 	}
 	s.remove(0, i+1)
+	return true
 }
 
 // push adds a sent unit to the in-flight list.
@@ -386,7 +496,6 @@ func (s *sequencer) complete(b *batch, first uint64) {
 	for _, f := range b.reqs {
 		f.resolve(first)
 		first += uint64(len(f.msgs))
-		delete(s.solo, f)
 	}
 }
 
@@ -441,6 +550,7 @@ func (s *sequencer) recover(cause error) {
 	for s.fatal == nil && len(s.inflight) > 0 {
 		err := s.reconcile()
 		if err == nil {
+			s.backoff()
 			return
 		}
 		var se *streamwal.Error
@@ -456,14 +566,35 @@ func (s *sequencer) recover(cause error) {
 		if s.closing && time.Now().After(s.closeBy) {
 			return
 		}
+		closeReq := s.w.closeReq
+		if s.closing {
+			closeReq = nil // already closing: just wait
+		}
 		select {
 		case <-time.After(delay):
-		case <-s.w.closeReq:
-			if !s.closing {
-				s.closing, s.closeBy = true, time.Now().Add(closeBudget)
-			}
+		case <-closeReq:
+			s.closing, s.closeBy = true, time.Now().Add(closeBudget)
 		}
 		delay = min(2*delay, time.Second)
+	}
+}
+
+// backoff pauses before re-sending after consecutive refusals by the server
+// (for example too many batches in flight), so a refusal that persists does
+// not become a busy loop.
+func (s *sequencer) backoff() {
+	if s.refusals == 0 {
+		return
+	}
+	delay := min(time.Millisecond<<min(s.refusals, 10), time.Second)
+	closeReq := s.w.closeReq
+	if s.closing {
+		closeReq = nil
+	}
+	select {
+	case <-time.After(delay):
+	case <-closeReq:
+		s.closing, s.closeBy = true, time.Now().Add(closeBudget)
 	}
 }
 
@@ -480,8 +611,10 @@ func (s *sequencer) drain() {
 			return
 		}
 		select {
-		case a := <-s.acks:
-			s.noteAck(a)
+		case m := <-s.replies:
+			if a, ok := s.parseReply(m); ok {
+				s.noteAck(a)
+			}
 		case <-time.After(wait):
 			for _, b := range s.inflight {
 				if b.failed == nil {
@@ -503,13 +636,28 @@ func (s *sequencer) noteAck(a ack) {
 		return
 	}
 	if a.err == nil && a.count == uint64(b.n) && a.seq == b.expect+uint64(b.n) {
-		s.landed(i)
+		if !s.landed(i) {
+			b.failed = streamwal.Errorf(streamwal.CodeInternal, "unit landed after a refused unit")
+		}
 		return
 	}
 	if a.err == nil {
 		a.err = streamwal.Errorf(streamwal.CodeInternal, "unexpected batch ack")
 	}
+	s.noteRefusal(b, a)
+}
+
+// noteRefusal records why the server refused a unit.
+func (s *sequencer) noteRefusal(b *batch, a ack) {
 	b.failed, b.dup = a.err, a.dup
+	if a.permanent {
+		b.permanent = a.err
+	}
+	if !a.dup {
+		// Duplicate refusals are cured by re-sending differently, not by
+		// waiting.
+		s.refusals++
+	}
 }
 
 // finish fails whatever is left and records why the writer stopped.
@@ -525,6 +673,11 @@ func (s *sequencer) finish() {
 	}
 	for _, f := range append(s.queue, s.w.stop(reason)...) {
 		f.state.CompareAndSwap(stateQueued, stateTaken)
+		if f.sent && streamwal.CodeOf(reason) != streamwal.CodeFenced {
+			// It went out once and was queued again: it may still land.
+			f.fail(streamwal.Errorf(streamwal.CodeUnknownOutcome, "writer stopped before the append was confirmed: %v", reason))
+			continue
+		}
 		f.fail(reason)
 	}
 	s.clearInflight()

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -147,6 +148,11 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 	}
 	out := make([]*nats.Msg, len(msgs))
 	ids := make([]string, len(msgs))
+	limit := int(w.b.opts.MaxMsgSize)
+	if mp := int(w.b.nc.MaxPayload()); mp > 0 {
+		limit = min(limit, mp)
+	}
+	var seen idSet
 	for i, m := range msgs {
 		if m == nil || m.PChannel() != w.p {
 			return nil, invalidArg("message %d is not for %s", i, w.p)
@@ -164,27 +170,41 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 			ids[i] = w.idPrefix + strconv.FormatUint(w.idSeq.Add(1), 36)
 			nm.Header.Set(nats.MsgIdHdr, ids[i])
 		}
-		if size := msgSize(nm); size > int(w.b.opts.MaxMsgSize) {
-			return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "message %d is %d bytes, over the stream's limit of %d", i, size, w.b.opts.MaxMsgSize)
+		if size := len(nm.Subject) + m.Size() + batchHeaderAllowance; size > limit {
+			return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "message %d is %d bytes, over the limit of %d", i, size, limit)
+		}
+		if m.MsgID() != "" && seen.repeat(ids[:i], ids[i]) {
+			return nil, invalidArg("message %d repeats message id %q of the same append", i, ids[i])
 		}
 		out[i] = nm
 	}
 	return newFuture(out, ids), nil
 }
 
-// batchHeaderAllowance covers the headers the sequencer adds to a message.
-const batchHeaderAllowance = 256
+// idSet finds a repeated message ID among the earlier ones of an append:
+// by scanning while the append is small, with a map once it is not.
+type idSet struct{ m map[string]bool }
 
-// msgSize approximates a message's stored size.
-func msgSize(m *nats.Msg) int {
-	n := len(m.Subject) + len(m.Data) + batchHeaderAllowance
-	for k, vs := range m.Header {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
+// repeat reports whether id is among earlier.
+func (s *idSet) repeat(earlier []string, id string) bool {
+	if len(earlier) < 16 {
+		return slices.Contains(earlier, id)
+	}
+	if s.m == nil {
+		s.m = make(map[string]bool, 2*len(earlier))
+		for _, e := range earlier {
+			s.m[e] = true
 		}
 	}
-	return n
+	if s.m[id] {
+		return true
+	}
+	s.m[id] = true
+	return false
 }
+
+// batchHeaderAllowance covers the headers the sequencer adds to a message.
+const batchHeaderAllowance = 256
 
 // Close implements Writer: it refuses new appends, lets the sequencer
 // resolve the queued ones within a bounded time, and waits for it to stop.
