@@ -216,8 +216,12 @@ func (s *sequencer) sendBatch(b *batch) bool {
 	}
 	i := 0
 	for k, f := range b.reqs {
+		resend := f.sent || f.parent != nil
 		f.sent = true
 		for _, m := range f.msgs {
+			if resend {
+				clearBatchHeaders(m) // what the previous send set
+			}
 			s.prepare(m, b, id, i)
 			err := s.nc.PublishMsg(m)
 			if err != nil && !connectionError(err) {
@@ -260,7 +264,6 @@ func connectionError(err error) bool {
 
 // prepare sets the headers of message i of unit b.
 func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
-	clearBatchHeaders(m)
 	if b.atomic() {
 		m.Header.Set(hdrBatchID, id)
 		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))

@@ -1,6 +1,8 @@
 package messages
 
 import (
+	"sync"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/streamwal/streamwal"
@@ -16,6 +18,37 @@ type Codec struct {
 	cluster    streamwal.Cluster
 	reg        *Registry
 	maxPayload int
+	// names caches the strings of a channel and type (subject, header
+	// values), which every message of that channel repeats.
+	names sync.Map // nameKey -> *channelNames
+}
+
+// nameKey identifies the strings of one target and type.
+type nameKey struct {
+	p streamwal.PChannel
+	v streamwal.VChannel
+	t *Type
+}
+
+// channelNames are the cached strings of a nameKey.
+type channelNames struct {
+	subject, pchannel, vchannel string
+}
+
+// namesOf returns the cached strings of m's target and type.
+func (c *Codec) namesOf(m *MutableMessage) *channelNames {
+	k := nameKey{p: m.h.PChannel, v: m.h.VChannel, t: m.typ}
+	if n, ok := c.names.Load(k); ok {
+		return n.(*channelNames)
+	}
+	n := &channelNames{pchannel: k.p.String(), vchannel: k.v.String()}
+	if k.v.IsZero() {
+		n.subject = c.cluster.PChannelSubject(k.p, k.t.Token)
+	} else {
+		n.subject = c.cluster.VChannelSubject(k.v, k.t.Token)
+	}
+	c.names.Store(k, n)
+	return n
 }
 
 // CodecOption configures a Codec.
@@ -52,12 +85,7 @@ func (c *Codec) Registry() *Registry { return c.reg }
 func (c *Codec) MaxPayload() int { return c.maxPayload }
 
 // Subject returns the NATS subject of a message.
-func (c *Codec) Subject(m *MutableMessage) string {
-	if m.h.VChannel.IsZero() {
-		return c.cluster.PChannelSubject(m.h.PChannel, m.typ.Token)
-	}
-	return c.cluster.VChannelSubject(m.h.VChannel, m.typ.Token)
-}
+func (c *Codec) Subject(m *MutableMessage) string { return c.namesOf(m).subject }
 
 // Encode converts a mutable message into a NATS message for publishing.
 func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
@@ -77,8 +105,9 @@ func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
 		return nil, err
 	}
 	// Room for the properties plus the headers the writer adds.
-	msg := &nats.Msg{Subject: c.Subject(m), Header: make(nats.Header, 16)}
-	encodeHeader(msg.Header, m.typ, &m.h)
+	names := c.namesOf(m)
+	msg := &nats.Msg{Subject: names.subject, Header: make(nats.Header, 16)}
+	encodeHeader(msg.Header, m.typ, &m.h, names)
 	msg.Data = m.payload
 	return msg, nil
 }

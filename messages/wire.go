@@ -41,6 +41,9 @@ const (
 	HdrAppPrefix = "Wal-App-"
 )
 
+// versionText is the wire form of Version.
+var versionText = strconv.Itoa(Version)
+
 // Limits on header values.
 const (
 	MaxMsgIDLen     = 256
@@ -50,11 +53,11 @@ const (
 )
 
 // encodeHeader writes h's properties into hdr.
-func encodeHeader(hdr nats.Header, t *Type, h *Header) {
-	hdr.Set(HdrVersion, strconv.Itoa(Version))
+func encodeHeader(hdr nats.Header, t *Type, h *Header, names *channelNames) {
+	hdr.Set(HdrVersion, versionText)
 	hdr.Set(HdrType, t.Name)
-	hdr.Set(HdrPChannel, h.PChannel.String())
-	setIf(hdr, HdrVChannel, h.VChannel.String())
+	hdr.Set(HdrPChannel, names.pchannel)
+	setIf(hdr, HdrVChannel, names.vchannel)
 	setUint(hdr, HdrTimeTick, uint64(h.TimeTick))
 	setUint(hdr, HdrLastConfirmed, uint64(h.LastConfirmed))
 	if h.Txn != nil {
