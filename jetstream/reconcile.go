@@ -75,6 +75,9 @@ func (s *sequencer) judge(t *tailScan, m *njs.RawStreamMsg) error {
 	id := m.Header.Get(nats.MsgIdHdr)
 	t.lastID = id
 	r, ours := t.refs[id]
+	// A caller's message ID may also be stored by a newer owner (a client
+	// retrying there): only a message of this writer's term is ours.
+	ours = ours && m.Header.Get(messages.HdrTerm) == s.w.termText
 	switch {
 	case ours && t.fenced != nil:
 		s.w.log.Error().Uint64("seq", m.Sequence).Str("msg_id", id).
@@ -176,7 +179,7 @@ func (s *sequencer) settle(t *tailScan, final error) {
 				f.fail(final)
 			case b.permanent != nil:
 				f.fail(b.permanent)
-			case b.dup && f.solo && len(f.msgs) > 1:
+			case b.dup && len(f.msgs) > 1 && (f.solo || len(b.reqs) == 1):
 				// Refused alone: re-send message by message, so that each
 				// stored ID resolves to its original sequence.
 				again = append(again, f.split()...)

@@ -204,7 +204,7 @@ func (s *idSet) repeat(earlier []string, id string) bool {
 }
 
 // batchHeaderAllowance covers the headers the sequencer adds to a message.
-const batchHeaderAllowance = 256
+const batchHeaderAllowance = 384 + messages.MaxMsgIDLen
 
 // Close implements Writer: it refuses new appends, lets the sequencer
 // resolve the queued ones within a bounded time, and waits for it to stop.
