@@ -315,7 +315,9 @@ func publishEventually(t *testing.T, js jetstream.JetStream, data string) uint64
 	require.Eventually(t, func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
-		ack, err := js.Publish(ctx, "wal.records", []byte(data))
+		// The message ID makes a retry after a client-side timeout (whose
+		// first attempt may have landed) resolve to the same sequence.
+		ack, err := js.Publish(ctx, "wal.records", []byte(data), jetstream.WithMsgID(data))
 		if err != nil {
 			return false
 		}
