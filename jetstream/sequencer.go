@@ -398,27 +398,10 @@ func (s *sequencer) find(num uint64) (int, *batch) {
 	return -1, nil
 }
 
-// onAck resolves a batch or starts recovery.
+// onAck resolves a unit or starts recovery.
 func (s *sequencer) onAck(a ack) {
-	i, b := s.find(a.num)
-	if b == nil {
-		return // a batch already resolved by recovery
-	}
-	if a.duplicate && a.err == nil {
-		s.duplicate(i, a.seq)
-		return
-	}
-	if a.err == nil && (a.count != uint64(b.n) || a.seq != b.expect+uint64(b.n)) {
-		a.err = streamwal.Errorf(streamwal.CodeInternal, "batch ack %d/%d does not match %d after %d", a.seq, a.count, b.n, b.expect)
-	}
-	if a.err != nil {
-		s.noteRefusal(b, a)
-		s.recover(a.err)
-		return
-	}
-	if !s.landed(i) {
-		b.failed = streamwal.Errorf(streamwal.CodeInternal, "unit landed after a refused unit")
-		s.recover(b.failed)
+	if err := s.noteAck(a); err != nil {
+		s.recover(err)
 	}
 }
 
@@ -569,15 +552,7 @@ func (s *sequencer) recover(cause error) {
 		if s.closing && time.Now().After(s.closeBy) {
 			return
 		}
-		closeReq := s.w.closeReq
-		if s.closing {
-			closeReq = nil // already closing: just wait
-		}
-		select {
-		case <-time.After(delay):
-		case <-closeReq:
-			s.closing, s.closeBy = true, time.Now().Add(closeBudget)
-		}
+		s.pause(delay)
 		delay = min(2*delay, time.Second)
 	}
 }
@@ -590,12 +565,18 @@ func (s *sequencer) backoff() {
 		return
 	}
 	delay := min(time.Millisecond<<min(s.refusals, 10), time.Second)
+	s.pause(delay)
+}
+
+// pause waits for d; a Close arriving meanwhile cuts it short and starts the
+// close budget (once closing, it just waits).
+func (s *sequencer) pause(d time.Duration) {
 	closeReq := s.w.closeReq
 	if s.closing {
 		closeReq = nil
 	}
 	select {
-	case <-time.After(delay):
+	case <-time.After(d):
 	case <-closeReq:
 		s.closing, s.closeBy = true, time.Now().Add(closeBudget)
 	}
@@ -616,7 +597,7 @@ func (s *sequencer) drain() {
 		select {
 		case m := <-s.replies:
 			if a, ok := s.parseReply(m); ok {
-				s.noteAck(a)
+				_ = s.noteAck(a) // drain runs inside recovery
 			}
 		case <-time.After(wait):
 			for _, b := range s.inflight {
@@ -628,26 +609,30 @@ func (s *sequencer) drain() {
 	}
 }
 
-// noteAck records an answer during drain: a success resolves its batch.
-func (s *sequencer) noteAck(a ack) {
+// noteAck records an answer: a success resolves its unit (and the units
+// before it); anything else marks the unit failed and is returned, for the
+// caller to recover from (drain, which is recovering already, does not).
+func (s *sequencer) noteAck(a ack) error {
 	i, b := s.find(a.num)
 	if b == nil {
-		return
+		return nil // a unit already resolved by recovery
 	}
 	if a.duplicate && a.err == nil {
 		s.duplicate(i, a.seq)
-		return
+		return nil
 	}
-	if a.err == nil && a.count == uint64(b.n) && a.seq == b.expect+uint64(b.n) {
-		if !s.landed(i) {
-			b.failed = streamwal.Errorf(streamwal.CodeInternal, "unit landed after a refused unit")
-		}
-		return
+	if a.err == nil && (a.count != uint64(b.n) || a.seq != b.expect+uint64(b.n)) {
+		a.err = streamwal.Errorf(streamwal.CodeInternal, "batch ack %d/%d does not match %d after %d", a.seq, a.count, b.n, b.expect)
 	}
-	if a.err == nil {
-		a.err = streamwal.Errorf(streamwal.CodeInternal, "unexpected batch ack")
+	if a.err != nil {
+		s.noteRefusal(b, a)
+		return a.err
 	}
-	s.noteRefusal(b, a)
+	if !s.landed(i) {
+		b.failed = streamwal.Errorf(streamwal.CodeInternal, "unit landed after a refused unit")
+		return b.failed
+	}
+	return nil
 }
 
 // noteRefusal records why the server refused a unit.
