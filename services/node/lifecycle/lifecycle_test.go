@@ -1,0 +1,580 @@
+package lifecycle_test
+
+import (
+	"errors"
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/lifecycle"
+)
+
+// builder makes the messages of the tests.
+type builder struct {
+	t  require.TestingT
+	c  *messages.Codec
+	p  streamwal.PChannel
+	cc streamwal.VChannel
+	// vs are p-0_42v0, p-0_42v1 and p-0_43v0: two shards of one collection
+	// and a shard of another.
+	vs []streamwal.VChannel
+	// vector is an application DML type (FlagTxnBody); note an application
+	// type that is not DML.
+	vector, note *messages.Type
+	next         messages.MessageID
+}
+
+func newBuilder(t require.TestingT) *builder {
+	reg := messages.NewRegistry()
+	vector, err := reg.Register(messages.TypeSpec{Name: "Vector", Dispatch: messages.DispatchVChannel, Lock: messages.SharedVChannelLock, Flags: messages.FlagTxnBody})
+	require.NoError(t, err)
+	note, err := reg.Register(messages.TypeSpec{Name: "Note", Dispatch: messages.DispatchVChannel})
+	require.NoError(t, err)
+	c, err := messages.NewCodec("test", reg)
+	require.NoError(t, err)
+	p, err := streamwal.NewPChannel("p", 0)
+	require.NoError(t, err)
+	b := &builder{t: t, c: c, p: p, cc: p.CChannel(), vector: vector, note: note}
+	for _, sh := range []struct {
+		coll  int64
+		shard int
+	}{{42, 0}, {42, 1}, {43, 0}} {
+		v, err := p.VChannel(sh.coll, sh.shard)
+		require.NoError(t, err)
+		b.vs = append(b.vs, v)
+	}
+	return b
+}
+
+func msgID(id string) []messages.Option {
+	if id == "" {
+		return nil
+	}
+	return []messages.Option{messages.WithMsgID(id)}
+}
+
+func (b *builder) ref(v streamwal.VChannel) messages.CollectionRef {
+	return messages.CollectionRef{DBName: "db", CollectionName: "c", CollectionID: v.CollectionID()}
+}
+
+func (b *builder) body(t *messages.Type, v streamwal.VChannel, body any, opts ...messages.Option) *messages.MutableMessage {
+	m, err := b.c.NewBody(t, v, body, opts...)
+	require.NoError(b.t, err)
+	return m
+}
+
+func (b *builder) create(v streamwal.VChannel, id string, pids ...int64) *messages.MutableMessage {
+	return b.body(messages.TypeCreateCollection, v, messages.CreateCollectionBody{CollectionRef: b.ref(v), PartitionIDs: pids, VChannels: []string{v.String()}}, msgID(id)...)
+}
+
+func (b *builder) drop(v streamwal.VChannel, id string) *messages.MutableMessage {
+	return b.body(messages.TypeDropCollection, v, messages.DropCollectionBody{CollectionRef: b.ref(v)}, msgID(id)...)
+}
+
+func (b *builder) part(t *messages.Type, v streamwal.VChannel, pid int64) *messages.MutableMessage {
+	return b.body(t, v, messages.PartitionBody{CollectionRef: b.ref(v), PartitionID: pid})
+}
+
+func (b *builder) dml(t *messages.Type, v streamwal.VChannel, pid int64) *messages.MutableMessage {
+	m, err := b.c.New(t, v, []byte("rows"), messages.WithDML(pid, 1))
+	require.NoError(b.t, err)
+	return m
+}
+
+func (b *builder) plain(t *messages.Type, v streamwal.VChannel) *messages.MutableMessage {
+	m, err := b.c.New(t, v, nil)
+	require.NoError(b.t, err)
+	return m
+}
+
+// land checks and applies m, which must be accepted.
+func (b *builder) land(tab *lifecycle.Table, m *messages.MutableMessage) {
+	require.NoError(b.t, tab.Check(m))
+	b.next++
+	require.NoError(b.t, tab.Apply(m.Freeze(b.next)))
+}
+
+// states snapshots the state of every VChannel of the builder.
+func (b *builder) states(tab *lifecycle.Table) []lifecycle.State {
+	var out []lifecycle.State
+	for _, v := range append([]streamwal.VChannel{b.cc}, b.vs...) {
+		out = append(out, tab.State(v))
+	}
+	return out
+}
+
+// requireRefusal checks a lifecycle refusal: the code, the sentinel.
+func requireRefusal(t require.TestingT, err, sentinel error) {
+	require.Error(t, err)
+	require.ErrorIs(t, err, streamwal.ErrLifecycle)
+	require.Equal(t, streamwal.CodeLifecycle, streamwal.CodeOf(err))
+	require.ErrorIs(t, err, sentinel)
+}
+
+func TestRules(t *testing.T) {
+	b := newBuilder(t)
+	v, w := b.vs[0], b.vs[1]
+	ddl := func(ms ...*messages.MutableMessage) []*messages.MutableMessage { return ms }
+	live := ddl(b.create(v, "c1", 1, 2))
+	withDropped := ddl(b.create(v, "c1", 1, 2), b.part(messages.TypeDropPartition, v, 2))
+	dropped := ddl(b.create(v, "c1", 1, 2), b.drop(v, "d1"))
+	cases := []struct {
+		name  string
+		setup []*messages.MutableMessage
+		msg   *messages.MutableMessage
+		want  error // nil: accepted
+	}{
+		{"create on a fresh vchannel", nil, b.create(v, "c1", 1), nil},
+		{"create without partitions", nil, b.create(v, ""), nil},
+		{"create again", live, b.create(v, "c2"), lifecycle.ErrCollectionExists},
+		{"create again without msg id", ddl(b.create(v, "")), b.create(v, ""), lifecycle.ErrCollectionExists},
+		{"create retry with the creator's msg id", live, b.create(v, "c1", 1, 2), nil},
+		{"create retry after drop", dropped, b.create(v, "c1", 1, 2), lifecycle.ErrCollectionDropped},
+		{"create after drop", dropped, b.create(v, "c3"), lifecycle.ErrCollectionDropped},
+		{"other shard is independent", live, b.create(w, "c1", 1), nil},
+
+		{"insert before create", nil, b.dml(messages.TypeInsert, v, 0), lifecycle.ErrCollectionNotFound},
+		{"drop before create", nil, b.drop(v, "d1"), lifecycle.ErrCollectionNotFound},
+		{"create partition before create", nil, b.part(messages.TypeCreatePartition, v, 3), lifecycle.ErrCollectionNotFound},
+		{"drop partition before create", nil, b.part(messages.TypeDropPartition, v, 1), lifecycle.ErrCollectionNotFound},
+		{"alter before create", nil, b.body(messages.TypeAlterCollection, v, messages.AlterCollectionBody{CollectionRef: b.ref(v)}), lifecycle.ErrCollectionNotFound},
+		{"flush before create", nil, b.body(messages.TypeFlush, v, messages.FlushBody{CollectionID: 42}), lifecycle.ErrCollectionNotFound},
+		{"application type before create", nil, b.plain(b.note, v), lifecycle.ErrCollectionNotFound},
+		{"insert into the other shard only", live, b.dml(messages.TypeInsert, w, 1), lifecycle.ErrCollectionNotFound},
+
+		{"insert after drop", dropped, b.dml(messages.TypeInsert, v, 0), lifecycle.ErrCollectionDropped},
+		{"insert into a partition after drop", dropped, b.dml(messages.TypeInsert, v, 1), lifecycle.ErrCollectionDropped},
+		{"create partition after drop", dropped, b.part(messages.TypeCreatePartition, v, 3), lifecycle.ErrCollectionDropped},
+		{"drop partition after drop", dropped, b.part(messages.TypeDropPartition, v, 1), lifecycle.ErrCollectionDropped},
+		{"alter after drop", dropped, b.body(messages.TypeAlterCollection, v, messages.AlterCollectionBody{CollectionRef: b.ref(v)}), lifecycle.ErrCollectionDropped},
+		{"application type after drop", dropped, b.plain(b.note, v), lifecycle.ErrCollectionDropped},
+		{"drop again", dropped, b.drop(v, "d2"), lifecycle.ErrCollectionDropped},
+		{"drop again without msg id", ddl(b.create(v, "c1"), b.drop(v, "")), b.drop(v, ""), lifecycle.ErrCollectionDropped},
+		{"drop retry with the dropper's msg id", dropped, b.drop(v, "d1"), nil},
+		{"drop with the creator's msg id", dropped, b.drop(v, "c1"), lifecycle.ErrCollectionDropped},
+		{"drop", live, b.drop(v, "d1"), nil},
+
+		{"create partition", live, b.part(messages.TypeCreatePartition, v, 3), nil},
+		{"create an initial partition", live, b.part(messages.TypeCreatePartition, v, 1), lifecycle.ErrPartitionExists},
+		{"create a dropped partition", withDropped, b.part(messages.TypeCreatePartition, v, 2), lifecycle.ErrPartitionDropped},
+		{"drop partition", live, b.part(messages.TypeDropPartition, v, 1), nil},
+		{"drop an unknown partition", live, b.part(messages.TypeDropPartition, v, 3), lifecycle.ErrPartitionNotFound},
+		{"drop a dropped partition", withDropped, b.part(messages.TypeDropPartition, v, 2), lifecycle.ErrPartitionDropped},
+
+		{"insert into a live partition", live, b.dml(messages.TypeInsert, v, 1), nil},
+		{"delete from a live partition", live, b.dml(messages.TypeDelete, v, 2), nil},
+		{"insert into no particular partition", live, b.dml(messages.TypeInsert, v, 0), nil},
+		{"upsert into a negative partition", live, b.dml(messages.TypeUpsert, v, -1), nil},
+		{"insert without a DML header", live, b.plain(messages.TypeInsert, v), nil},
+		{"insert into an unknown partition", live, b.dml(messages.TypeInsert, v, 7), lifecycle.ErrPartitionNotFound},
+		{"upsert into a dropped partition", withDropped, b.dml(messages.TypeUpsert, v, 2), lifecycle.ErrPartitionDropped},
+		{"delete from a dropped partition", withDropped, b.dml(messages.TypeDelete, v, 2), lifecycle.ErrPartitionDropped},
+		{"insert into a partition created later", ddl(b.create(v, ""), b.part(messages.TypeCreatePartition, v, 9)), b.dml(messages.TypeInsert, v, 9), nil},
+		{"application DML into an unknown partition", live, b.dml(b.vector, v, 7), lifecycle.ErrPartitionNotFound},
+		{"application DML into a dropped partition", withDropped, b.dml(b.vector, v, 2), lifecycle.ErrPartitionDropped},
+		{"application DML into a live partition", live, b.dml(b.vector, v, 1), nil},
+		{"non-DML application type ignores its DML header", live, b.dml(b.note, v, 7), nil},
+		{"alter a live collection", live, b.body(messages.TypeAlterCollection, v, messages.AlterCollectionBody{CollectionRef: b.ref(v)}), nil},
+		{"truncate a live collection", live, b.body(messages.TypeTruncateCollection, v, messages.TruncateCollectionBody{CollectionRef: b.ref(v)}), nil},
+		{"manual flush of a live collection", live, b.body(messages.TypeManualFlush, v, messages.ManualFlushBody{CollectionID: 42}), nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b.t = t
+			tab := lifecycle.NewTable()
+			for _, m := range tc.setup {
+				b.land(tab, m)
+			}
+			before := b.states(tab)
+			err := tab.Check(tc.msg)
+			require.Equal(t, before, b.states(tab), "Check changed the table")
+			if tc.want == nil {
+				require.NoError(t, err)
+				b.next++
+				require.NoError(t, tab.Apply(tc.msg.Freeze(b.next)))
+				return
+			}
+			requireRefusal(t, err, tc.want)
+			for _, other := range []error{lifecycle.ErrCollectionNotFound, lifecycle.ErrCollectionExists, lifecycle.ErrCollectionDropped,
+				lifecycle.ErrPartitionNotFound, lifecycle.ErrPartitionExists, lifecycle.ErrPartitionDropped} {
+				if other != tc.want {
+					require.NotErrorIs(t, err, other)
+				}
+			}
+			require.Contains(t, err.Error(), tc.msg.Type().Name)
+			require.Contains(t, err.Error(), tc.msg.VChannel().String())
+			require.Contains(t, err.Error(), tc.want.Error())
+		})
+	}
+}
+
+func TestApplyEffects(t *testing.T) {
+	b := newBuilder(t)
+	v := b.vs[0]
+	tab := lifecycle.NewTable()
+	require.Equal(t, lifecycle.State{}, tab.State(v))
+	b.land(tab, b.create(v, "c1", 5, 1, 3))
+	require.Equal(t, lifecycle.State{Created: true, Partitions: []int64{1, 3, 5}}, tab.State(v))
+	b.land(tab, b.part(messages.TypeCreatePartition, v, 2))
+	b.land(tab, b.part(messages.TypeDropPartition, v, 3))
+	require.Equal(t, lifecycle.State{Created: true, Partitions: []int64{1, 2, 5}}, tab.State(v))
+	b.land(tab, b.dml(messages.TypeInsert, v, 1))
+	b.land(tab, b.create(v, "c1", 5, 1, 3)) // retry: accepted, changes nothing
+	require.Equal(t, lifecycle.State{Created: true, Partitions: []int64{1, 2, 5}}, tab.State(v))
+	b.land(tab, b.drop(v, "d1"))
+	require.Equal(t, lifecycle.State{Created: true, Dropped: true}, tab.State(v))
+	b.land(tab, b.drop(v, "d1")) // retry
+	require.Equal(t, lifecycle.State{Created: true, Dropped: true}, tab.State(v))
+	require.Equal(t, lifecycle.State{}, tab.State(b.vs[1]), "the other shard has its own state")
+}
+
+func TestErrorMessage(t *testing.T) {
+	b := newBuilder(t)
+	v := b.vs[0]
+	tab := lifecycle.NewTable()
+	b.land(tab, b.create(v, "", 7))
+	b.land(tab, b.part(messages.TypeDropPartition, v, 7))
+	err := tab.Check(b.dml(messages.TypeInsert, v, 7))
+	require.EqualError(t, err, "LIFECYCLE_VIOLATION: Insert into partition 7 of collection 42 on p-0_42v0: partition dropped")
+	err = tab.Check(b.part(messages.TypeCreatePartition, v, 7))
+	require.EqualError(t, err, "LIFECYCLE_VIOLATION: CreatePartition 7 of collection 42 on p-0_42v0: partition dropped")
+	err = tab.Check(b.dml(messages.TypeDelete, b.vs[2], 0))
+	require.EqualError(t, err, "LIFECYCLE_VIOLATION: Delete of collection 43 on p-0_43v0: collection not found")
+}
+
+func TestExemptions(t *testing.T) {
+	b := newBuilder(t)
+	v := b.vs[0]
+	tick := b.mustPChannel(messages.TypeTimeTick, messages.TimeTickBody{})
+	barrier := b.mustPChannel(messages.TypeRecoveryBarrier, messages.RecoveryBarrierBody{Term: 1})
+	flushAll := b.mustPChannel(messages.TypeFlushAll, messages.FlushAllBody{})
+	exempt := []*messages.MutableMessage{
+		tick, barrier, flushAll,
+		b.create(b.cc, "c1"),
+		b.drop(b.cc, "d1"),
+		b.part(messages.TypeCreatePartition, b.cc, 3),
+		b.part(messages.TypeDropPartition, b.cc, 3),
+		b.part(messages.TypeDropPartition, b.cc, 0), // not even read on the CChannel
+		b.plain(messages.TypeCreateIndex, b.cc),
+		b.plain(messages.TypeCreateDatabase, b.cc),
+	}
+	tabs := map[string]func() *lifecycle.Table{
+		"empty": lifecycle.NewTable,
+		"dropped": func() *lifecycle.Table {
+			tab := lifecycle.NewTable()
+			b.land(tab, b.create(v, ""))
+			b.land(tab, b.drop(v, ""))
+			return tab
+		},
+	}
+	for name, mk := range tabs {
+		t.Run(name, func(t *testing.T) {
+			tab := mk()
+			before := b.states(tab)
+			for _, m := range exempt {
+				require.NoError(t, tab.Check(m), m.Type().Name)
+				require.NoError(t, tab.Check(m), m.Type().Name, "twice")
+				b.next++
+				require.NoError(t, tab.Apply(m.Freeze(b.next)), m.Type().Name)
+			}
+			require.Equal(t, before, b.states(tab), "exempt messages changed the table")
+		})
+	}
+}
+
+func (b *builder) mustPChannel(t *messages.Type, body any) *messages.MutableMessage {
+	m, err := b.c.NewPChannelBody(t, b.p, body)
+	require.NoError(b.t, err)
+	return m
+}
+
+func TestMalformedBodies(t *testing.T) {
+	b := newBuilder(t)
+	v := b.vs[0]
+	other := messages.CollectionRef{CollectionID: 43}
+	bad := []struct {
+		name  string
+		setup []*messages.MutableMessage
+		msg   *messages.MutableMessage
+	}{
+		{"create with a zero partition", nil, b.create(v, "", 1, 0)},
+		{"create with a negative partition", nil, b.create(v, "", -4)},
+		{"create with a partition twice", nil, b.create(v, "", 1, 2, 1)},
+		{"create naming another collection", nil, b.body(messages.TypeCreateCollection, v, messages.CreateCollectionBody{CollectionRef: other})},
+		{"create retry with a bad body", []*messages.MutableMessage{b.create(v, "c1", 1)}, b.create(v, "c1", 1, 1)},
+		{"create partition 0", []*messages.MutableMessage{b.create(v, "", 1)}, b.part(messages.TypeCreatePartition, v, 0)},
+		{"drop partition -1", []*messages.MutableMessage{b.create(v, "", 1)}, b.part(messages.TypeDropPartition, v, -1)},
+		{"create partition naming another collection", []*messages.MutableMessage{b.create(v, "", 1)},
+			b.body(messages.TypeCreatePartition, v, messages.PartitionBody{CollectionRef: other, PartitionID: 5})},
+	}
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			b.t = t
+			tab := lifecycle.NewTable()
+			for _, m := range tc.setup {
+				b.land(tab, m)
+			}
+			before := b.states(tab)
+			err := tab.Check(tc.msg)
+			require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+			require.Contains(t, err.Error(), "malformed body")
+			b.next++
+			err = tab.Apply(tc.msg.Freeze(b.next))
+			require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+			require.Equal(t, before, b.states(tab), "a malformed body changed the table")
+		})
+	}
+	t.Run("apply on a dropped collection still refuses a malformed body", func(t *testing.T) {
+		b.t = t
+		tab := lifecycle.NewTable()
+		b.land(tab, b.create(v, "", 1))
+		b.land(tab, b.drop(v, ""))
+		err := tab.Apply(b.part(messages.TypeCreatePartition, v, 0).Freeze(99))
+		require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	})
+	t.Run("nil", func(t *testing.T) {
+		tab := lifecycle.NewTable()
+		require.ErrorIs(t, tab.Check(nil), streamwal.ErrInvalidArgument)
+		require.ErrorIs(t, tab.Apply(nil), streamwal.ErrInvalidArgument)
+	})
+}
+
+// TestApplyOfViolations covers messages that landed although Check would
+// have refused them (for example written before the check existed): Apply
+// records what makes sense and otherwise changes nothing.
+func TestApplyOfViolations(t *testing.T) {
+	b := newBuilder(t)
+	v := b.vs[0]
+	apply := func(tab *lifecycle.Table, m *messages.MutableMessage) {
+		b.next++
+		require.NoError(t, tab.Apply(m.Freeze(b.next)))
+	}
+	tab := lifecycle.NewTable()
+	apply(tab, b.part(messages.TypeCreatePartition, v, 1))
+	apply(tab, b.part(messages.TypeDropPartition, v, 1))
+	apply(tab, b.dml(messages.TypeInsert, v, 1))
+	require.Equal(t, lifecycle.State{}, tab.State(v), "partition DDL without a collection is ignored")
+
+	apply(tab, b.create(v, "c1", 1))
+	apply(tab, b.create(v, "c2", 2))
+	require.Equal(t, lifecycle.State{Created: true, Partitions: []int64{1}}, tab.State(v), "a second create is ignored")
+	require.NoError(t, tab.Check(b.create(v, "c1")), "the first creator's msg id is kept")
+
+	apply(tab, b.part(messages.TypeDropPartition, v, 4))
+	apply(tab, b.part(messages.TypeCreatePartition, v, 4))
+	require.Equal(t, lifecycle.State{Created: true, Partitions: []int64{1}}, tab.State(v), "a dropped partition id is never reused")
+	requireRefusal(t, tab.Check(b.part(messages.TypeCreatePartition, v, 4)), lifecycle.ErrPartitionDropped)
+
+	apply(tab, b.drop(v, "d1"))
+	apply(tab, b.drop(v, "d2"))
+	apply(tab, b.create(v, "c3", 1))
+	apply(tab, b.part(messages.TypeCreatePartition, v, 8))
+	require.Equal(t, lifecycle.State{Created: true, Dropped: true}, tab.State(v), "nothing revives a dropped collection")
+	require.NoError(t, tab.Check(b.drop(v, "d1")), "the first dropper's msg id is kept")
+
+	w := b.vs[1]
+	apply(tab, b.drop(w, "d1"))
+	require.Equal(t, lifecycle.State{Dropped: true}, tab.State(w), "a drop without a create still marks the vchannel dropped")
+	requireRefusal(t, tab.Check(b.create(w, "")), lifecycle.ErrCollectionDropped)
+}
+
+// model is the rules restated independently, one VChannel at a time.
+type model struct {
+	created, dropped     bool
+	createdBy, droppedBy string
+	live, gone           map[int64]bool
+}
+
+// op is one random step of the property test.
+type op struct {
+	kind string // create, drop, cpart, dpart, dml, other, exempt
+	v    int
+	id   string
+	pids []int64
+	pid  int64
+	typ  *messages.Type
+}
+
+// expect returns the model's verdict on o: nil, a sentinel of the package,
+// or streamwal.ErrInvalidArgument for a malformed body.
+func (s *model) expect(o op) error {
+	if o.kind == "exempt" {
+		return nil
+	}
+	if s.dropped {
+		if o.kind == "drop" && o.id != "" && o.id == s.droppedBy {
+			return nil
+		}
+		return lifecycle.ErrCollectionDropped
+	}
+	if o.kind == "create" {
+		if s.created && (o.id == "" || o.id != s.createdBy) {
+			return lifecycle.ErrCollectionExists
+		}
+		seen := map[int64]bool{}
+		for _, p := range o.pids {
+			if seen[p] {
+				return streamwal.ErrInvalidArgument
+			}
+			seen[p] = true
+		}
+		return nil
+	}
+	if !s.created {
+		return lifecycle.ErrCollectionNotFound
+	}
+	if (o.kind == "cpart" || o.kind == "dpart") && o.pid <= 0 {
+		return streamwal.ErrInvalidArgument
+	}
+	switch {
+	case o.kind == "cpart" && s.live[o.pid]:
+		return lifecycle.ErrPartitionExists
+	case o.kind == "cpart" && s.gone[o.pid]:
+		return lifecycle.ErrPartitionDropped
+	case o.kind == "dpart" || o.kind == "dml" && o.pid > 0:
+		switch {
+		case s.live[o.pid]:
+			return nil
+		case s.gone[o.pid]:
+			return lifecycle.ErrPartitionDropped
+		default:
+			return lifecycle.ErrPartitionNotFound
+		}
+	}
+	return nil
+}
+
+// apply records an accepted op.
+func (s *model) apply(o op) {
+	switch o.kind {
+	case "create":
+		if !s.created {
+			s.created, s.createdBy = true, o.id
+			s.live, s.gone = map[int64]bool{}, map[int64]bool{}
+			for _, p := range o.pids {
+				s.live[p] = true
+			}
+		}
+	case "drop":
+		if !s.dropped {
+			s.dropped, s.droppedBy = true, o.id
+			s.live, s.gone = nil, nil
+		}
+	case "cpart":
+		s.live[o.pid] = true
+	case "dpart":
+		delete(s.live, o.pid)
+		s.gone[o.pid] = true
+	}
+}
+
+func (s *model) state() lifecycle.State {
+	st := lifecycle.State{Created: s.created, Dropped: s.dropped}
+	if len(s.live) > 0 {
+		st.Partitions = slices.Sorted(maps.Keys(s.live))
+	}
+	return st
+}
+
+// TestTableModel drives the table with random collection and partition DDL,
+// DML and exempt messages over three VChannels, applying only what Check
+// accepts, and checks after every step that Check's verdict is the model's,
+// that Check changed nothing, that Apply accepts what Check accepted, and
+// that every VChannel's state is the model's.
+func TestTableModel(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := newBuilder(t)
+		tab := lifecycle.NewTable()
+		models := make([]*model, len(b.vs))
+		for i := range models {
+			models[i] = &model{}
+		}
+		ids := rapid.SampledFrom([]string{"", "m1", "m2"})
+		pid := rapid.SampledFrom([]int64{1, 2, 3, 4, 5, 6, 0, -1}) // <= 0: no partition (DML), malformed (DDL)
+		dmlTypes := rapid.SampledFrom([]*messages.Type{messages.TypeInsert, messages.TypeDelete, messages.TypeUpsert, b.vector})
+		// Weighted so that collections usually live long enough for
+		// partition churn; drops are rare.
+		kinds := rapid.SampledFrom([]string{"create", "create", "drop", "cpart", "cpart", "cpart", "dpart", "dpart",
+			"dml", "dml", "dml", "dml", "other", "exempt"})
+		for range rapid.IntRange(1, 120).Draw(t, "steps") {
+			o := op{
+				kind: kinds.Draw(t, "kind"),
+				v:    rapid.IntRange(0, len(b.vs)-1).Draw(t, "v"),
+			}
+			v := b.vs[o.v]
+			var m *messages.MutableMessage
+			switch o.kind {
+			case "create":
+				o.id = ids.Draw(t, "id")
+				o.pids = rapid.SliceOfNDistinct(rapid.Int64Range(1, 4), 0, 3, rapid.ID).Draw(t, "pids")
+				if len(o.pids) > 0 && rapid.IntRange(0, 9).Draw(t, "dup") == 0 {
+					o.pids = append(o.pids, o.pids[0])
+				}
+				m = b.create(v, o.id, o.pids...)
+			case "drop":
+				if rapid.IntRange(0, 2).Draw(t, "really") > 0 {
+					continue
+				}
+				o.id = ids.Draw(t, "id")
+				m = b.drop(v, o.id)
+			case "cpart":
+				o.pid = pid.Draw(t, "pid")
+				m = b.part(messages.TypeCreatePartition, v, o.pid)
+			case "dpart":
+				o.pid = pid.Draw(t, "pid")
+				m = b.part(messages.TypeDropPartition, v, o.pid)
+			case "dml":
+				o.pid, o.typ = pid.Draw(t, "pid"), dmlTypes.Draw(t, "type")
+				m = b.dml(o.typ, v, o.pid)
+			case "other":
+				m = b.body(messages.TypeAlterCollection, v, messages.AlterCollectionBody{CollectionRef: b.ref(v)})
+			case "exempt":
+				m = rapid.SampledFrom([]*messages.MutableMessage{
+					b.mustPChannel(messages.TypeTimeTick, messages.TimeTickBody{}),
+					b.drop(b.cc, ""),
+					b.part(messages.TypeDropPartition, b.cc, 1),
+				}).Draw(t, "exempt")
+			}
+			want := models[o.v].expect(o)
+			before := b.states(tab)
+			err := tab.Check(m)
+			require.Equal(t, before, b.states(tab), "Check changed the table")
+			switch {
+			case want == nil:
+				require.NoError(t, err, "%+v", o)
+				b.next++
+				require.NoError(t, tab.Apply(m.Freeze(b.next)), "%+v", o)
+				if o.kind != "exempt" {
+					models[o.v].apply(o)
+				}
+			case errors.Is(want, streamwal.ErrInvalidArgument):
+				require.Equal(t, streamwal.CodeInvalidArgument, streamwal.CodeOf(err), "%+v: %v", o, err)
+			default:
+				requireRefusal(t, err, want)
+			}
+			for i, mv := range models {
+				require.Equal(t, mv.state(), tab.State(b.vs[i]), "state of %s after %+v", b.vs[i], o)
+			}
+		}
+	})
+}
+
+// BenchmarkCheckInsert measures the hot path: DML into a live partition.
+func BenchmarkCheckInsert(bm *testing.B) {
+	b := newBuilder(bm)
+	v := b.vs[0]
+	tab := lifecycle.NewTable()
+	b.land(tab, b.create(v, "", 1, 2, 3))
+	m := b.dml(messages.TypeInsert, v, 2)
+	bm.ReportAllocs()
+	for bm.Loop() {
+		if err := tab.Check(m); err != nil {
+			bm.Fatal(err)
+		}
+	}
+}
