@@ -1,0 +1,273 @@
+package wal
+
+import (
+	"context"
+	"errors"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// outcome is what became of an append.
+type outcome uint8
+
+const (
+	// refused: never handed to the writer, or refused by it before sending.
+	refused outcome = iota
+	// landed: stored.
+	landed
+	// lost: sent or queued, and certainly not stored.
+	lost
+	// unknown: it may or may not be stored.
+	unknown
+)
+
+// appendOp is one append going through the chain: one message, or the
+// messages of a whole transaction that land as one atomic batch.
+type appendOp struct {
+	msgs     []*messages.MutableMessage
+	whole    bool // begin, bodies and commit of one transaction
+	internal bool // written by the WAL itself (TimeTick)
+
+	// Filled in as the op moves through the chain.
+	admitted int // interceptors whose admit succeeded
+	stamped  int // interceptors whose stamp succeeded
+	tts      []messages.TimeTick
+	fut      *jetstream.AppendFuture
+	outcome  outcome
+	ids      []messages.MessageID
+	err      error // why it did not land
+	acked    bool  // its TimeTicks were confirmed
+
+	// Per-interceptor state.
+	lockID   uint64
+	txnID    messages.TxnID
+	prevIdle messages.TimeTick // a body's session idle mark before it
+}
+
+// interceptor is one stage of the append chain. admit runs without the
+// WAL's mutex and may wait; stamp runs under it, in chain order, and may
+// refuse; finish runs under it, in reverse order, for every interceptor
+// whose admit succeeded, once the op resolved (op.stamped says how far
+// stamping got, op.outcome what became of the append).
+type interceptor interface {
+	admit(ctx context.Context, w *WAL, op *appendOp) error
+	stamp(w *WAL, op *appendOp) error
+	finish(w *WAL, op *appendOp, index int)
+}
+
+// run takes op through the chain and the writer, and returns the stored
+// messages.
+func (w *WAL) run(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessage, error) {
+	if err := w.validate(op); err != nil {
+		return nil, err
+	}
+	for _, ic := range w.chain {
+		if err := ic.admit(ctx, w, op); err != nil {
+			w.resolve(op)
+			return nil, err
+		}
+		op.admitted++
+	}
+	if err := w.stamp(op); err != nil {
+		op.err = err
+		w.resolve(op)
+		return nil, err
+	}
+	ids, err := op.fut.Wait(ctx)
+	select {
+	case <-op.fut.Done():
+		ids, err = op.fut.Result()
+		op.settle(ids, err)
+		w.resolve(op)
+	default:
+		if !errors.Is(err, streamwal.ErrUnknownOutcome) {
+			// Abandoned before the sequencer took it: never written.
+			op.outcome, op.err = lost, err
+			w.resolve(op)
+			return nil, err
+		}
+		// Still in flight: resolve the chain when the writer does.
+		go func() {
+			<-op.fut.Done()
+			op.settle(op.fut.Result())
+			w.resolve(op)
+		}()
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*messages.ImmutableMessage, len(op.msgs))
+	for i, m := range op.msgs {
+		out[i] = m.Freeze(ids[i])
+	}
+	return out, nil
+}
+
+// settle records the writer's verdict.
+func (op *appendOp) settle(ids []messages.MessageID, err error) {
+	switch {
+	case err == nil:
+		op.outcome, op.ids = landed, ids
+	case errors.Is(err, streamwal.ErrUnknownOutcome):
+		op.outcome, op.err = unknown, err
+	default:
+		op.outcome, op.err = lost, err
+	}
+}
+
+// stamp orders op: TimeTicks, the interceptors' stamps, LastConfirmed and
+// term, then the writer, all under the mutex.
+func (w *WAL) stamp(op *appendOp) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.stoppedLocked(); err != nil {
+		return err
+	}
+	op.tts = make([]messages.TimeTick, len(op.msgs))
+	for i, m := range op.msgs {
+		tt, err := w.nextTimeTick()
+		if err != nil {
+			return err
+		}
+		op.tts[i] = tt
+		m.SetTimeTick(tt)
+	}
+	for _, ic := range w.chain {
+		if err := ic.stamp(w, op); err != nil {
+			return err
+		}
+		op.stamped++
+	}
+	lc := w.maxAcked + 1
+	if oldest, ok := w.txns.Oldest(); ok {
+		lc = min(lc, oldest)
+	}
+	for _, m := range op.msgs {
+		m.SetLastConfirmed(lc)
+		m.SetTerm(w.cfg.Term)
+	}
+	op.fut = w.w.AppendAsync(context.Background(), op.msgs...)
+	for _, tt := range op.tts {
+		if err := w.acks.Allocate(tt); err != nil {
+			return err
+		}
+	}
+	w.inflight.Add(1)
+	select {
+	case <-op.fut.Done():
+		if _, err := op.fut.Result(); err != nil {
+			// Refused before it was queued (size, a stopped writer).
+			w.inflight.Done()
+			w.confirm(op)
+			return err
+		}
+	default:
+	}
+	return nil
+}
+
+// nextTimeTick draws a TimeTick above the floor.
+func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
+	tt, err := w.alloc.Next(context.Background())
+	if err == nil && tt <= w.floor {
+		// A stale batch, or an oracle behind the stream: draw anew once.
+		w.alloc.Reset()
+		tt, err = w.alloc.Next(context.Background())
+	}
+	if err != nil {
+		return 0, streamwal.Errorf(streamwal.CodeUnavailable, "allocate a timetick for %s: %w", w.cfg.PChannel, err)
+	}
+	if tt <= w.floor {
+		return 0, streamwal.Errorf(streamwal.CodeUnavailable, "timestamp oracle is behind %s: %s after %s", w.cfg.PChannel, tt, w.floor)
+	}
+	w.floor = tt
+	return tt, nil
+}
+
+// confirm marks op's TimeTicks confirmed in the ack manager.
+func (w *WAL) confirm(op *appendOp) {
+	for _, tt := range op.tts {
+		_ = w.acks.Confirm(tt)
+	}
+	op.acked = true
+}
+
+// resolve runs the interceptors' finish in reverse order and books the
+// outcome.
+func (w *WAL) resolve(op *appendOp) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if op.fut != nil && !op.acked {
+		w.confirm(op)
+		w.inflight.Done()
+	}
+	if op.outcome == landed {
+		w.noteLanded(op)
+	}
+	for i := op.admitted - 1; i >= 0; i-- {
+		w.chain[i].finish(w, op, i)
+	}
+}
+
+// noteLanded advances what the WAL knows of the stream's tail.
+func (w *WAL) noteLanded(op *appendOp) {
+	last := op.ids[len(op.ids)-1]
+	if last > w.maxAcked {
+		w.maxAcked = last
+		w.tickID = 0
+	}
+	if op.internal {
+		if last == w.maxAcked {
+			w.tickID = last
+		}
+		return
+	}
+	w.dirty = true
+}
+
+// validate refuses what may never be appended, before anything changes.
+func (w *WAL) validate(op *appendOp) error {
+	if len(op.msgs) == 0 {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "append of no message")
+	}
+	for i, m := range op.msgs {
+		if m == nil || m.PChannel() != w.cfg.PChannel {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "message %d is not for %s", i, w.cfg.PChannel)
+		}
+		t := m.Type()
+		switch {
+		case t.Is(messages.FlagSynthetic) || t == messages.TypeRecoveryBarrier:
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s is never appended", t)
+		case t.Is(messages.FlagSelfControlled) && !op.internal:
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s: %w", t, errAppendsOnly)
+		}
+	}
+	if op.whole {
+		return validateWhole(op.msgs)
+	}
+	return nil
+}
+
+// validateWhole checks a whole transaction: BeginTxn, bodies, CommitTxn,
+// all on one VChannel.
+func validateWhole(msgs []*messages.MutableMessage) error {
+	v := msgs[0].VChannel()
+	for i, m := range msgs {
+		ok := m.VChannel() == v
+		switch {
+		case i == 0:
+			ok = ok && m.Type() == messages.TypeBeginTxn
+		case i == len(msgs)-1:
+			ok = ok && m.Type() == messages.TypeCommitTxn
+		default:
+			ok = ok && m.Type().Is(messages.FlagTxnBody)
+		}
+		if !ok {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "message %d (%s on %s) cannot be part of a transaction on %s", i, m.Type(), m.VChannel(), v)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,104 @@
+package wal
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/lifecycle"
+	"github.com/streamwal/streamwal/services/node/lock"
+	"github.com/streamwal/streamwal/services/node/timetick"
+	"github.com/streamwal/streamwal/services/node/txn"
+)
+
+// Open opens cfg.PChannel's WAL under cfg.Term: it lands a RecoveryBarrier
+// (fencing every earlier owner; streamwal.ErrFenced if a newer one already
+// holds the channel), replays the stream through the barrier to rebuild
+// transaction and lifecycle state, and starts the sync loop.
+func Open(ctx context.Context, cfg Config) (*WAL, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	alloc, err := timetick.NewAllocator(cfg.Oracle, cfg.TimeTickBatch)
+	if err != nil {
+		return nil, err
+	}
+	barrier, err := newBarrier(ctx, cfg, alloc)
+	if err != nil {
+		return nil, err
+	}
+	wr, err := cfg.Backend.OpenWriter(ctx, cfg.PChannel, cfg.Term, jetstream.WithBarrier(barrier), jetstream.WithNode(cfg.Node))
+	if err != nil {
+		return nil, fmt.Errorf("open wal of %s under term %d: %w", cfg.PChannel, cfg.Term, err)
+	}
+	w := &WAL{
+		cfg: cfg, codec: cfg.Codec, w: wr, chain: newChain(),
+		log:      cfg.Logger.With().Str("pchannel", cfg.PChannel.String()).Uint64("term", cfg.Term).Logger(),
+		alloc:    alloc,
+		locks:    lock.NewTable(),
+		granted:  map[uint64]chan struct{}{},
+		txns:     txn.NewTable(),
+		life:     lifecycle.NewTable(),
+		stop:     make(chan struct{}),
+		loopDone: make(chan struct{}),
+	}
+	if err := w.recover(ctx); err != nil {
+		_ = wr.Close()
+		return nil, err
+	}
+	go w.syncLoop()
+	return w, nil
+}
+
+// newBarrier builds the RecoveryBarrier, stamped with a fresh TimeTick.
+func newBarrier(ctx context.Context, cfg Config, alloc *timetick.Allocator) (*messages.MutableMessage, error) {
+	m, err := cfg.Codec.NewPChannelBody(messages.TypeRecoveryBarrier, cfg.PChannel,
+		messages.RecoveryBarrierBody{Term: cfg.Term, Node: cfg.Node})
+	if err != nil {
+		return nil, err
+	}
+	tt, err := alloc.Next(ctx)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "allocate the barrier's timetick: %w", err)
+	}
+	m.SetTimeTick(tt)
+	return m, nil
+}
+
+// recover replays the stream from its first message through the barrier.
+// Every TimeTick handed out afterwards is above every one replayed, even
+// if an earlier owner drew its TimeTicks ahead of this owner's barrier.
+func (w *WAL) recover(ctx context.Context) error {
+	barrier := w.w.Barrier()
+	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{Start: jetstream.Earliest()})
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", w.cfg.PChannel, err)
+	}
+	defer sc.Close()
+	floor := barrier.TimeTick()
+	replayed := 0
+	for m, err := range sc.All(ctx) {
+		if err != nil {
+			return fmt.Errorf("replay %s: %w", w.cfg.PChannel, err)
+		}
+		if m.ID() >= barrier.ID() {
+			break
+		}
+		floor = max(floor, m.TimeTick())
+		w.txns.Replay(m)
+		if err := w.life.Apply(m); err != nil {
+			w.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("replay: lifecycle message not applied")
+		}
+		replayed++
+	}
+	w.txns.Expire(barrier.TimeTick())
+	w.floor = floor
+	w.alloc.Reset()
+	w.acks = timetick.NewAckManager(floor)
+	w.maxAcked, w.tickID = barrier.ID(), barrier.ID()
+	w.log.Info().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
+	return nil
+}

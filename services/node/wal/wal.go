@@ -1,0 +1,189 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/lifecycle"
+	"github.com/streamwal/streamwal/services/node/lock"
+	"github.com/streamwal/streamwal/services/node/timetick"
+	"github.com/streamwal/streamwal/services/node/txn"
+)
+
+// WAL is the write-ahead log of one PChannel under one term. It is safe
+// for concurrent use.
+type WAL struct {
+	cfg   Config
+	codec *messages.Codec
+	w     jetstream.Writer
+	log   zerolog.Logger
+	chain []interceptor
+
+	// mu orders appends: everything below is guarded by it.
+	mu       sync.Mutex
+	alloc    *timetick.Allocator
+	acks     *timetick.AckManager
+	floor    messages.TimeTick // every TimeTick handed out is above it
+	maxAcked messages.MessageID
+	locks    *lock.Table
+	lockSeq  uint64
+	granted  map[uint64]chan struct{}
+	txns     *txn.Table
+	life     *lifecycle.Table
+	// dirty: something other than a TimeTick landed since the last
+	// persisted one. tickID: the last TimeTick or barrier landed, while it
+	// is still the stream's last message (zero otherwise).
+	dirty   bool
+	tickID  messages.MessageID
+	stopped error // set once the WAL takes no more appends
+
+	inflight  sync.WaitGroup
+	stop      chan struct{}
+	loopDone  chan struct{}
+	closeOnce sync.Once
+}
+
+// PChannel is the channel the WAL writes.
+func (w *WAL) PChannel() streamwal.PChannel { return w.cfg.PChannel }
+
+// Term is the ownership term the WAL opened under.
+func (w *WAL) Term() uint64 { return w.cfg.Term }
+
+// Barrier is the RecoveryBarrier the WAL appended when it opened.
+func (w *WAL) Barrier() *messages.ImmutableMessage { return w.w.Barrier() }
+
+// Err says why the WAL stopped taking appends: nil while it serves,
+// streamwal.ErrClosed after Close, streamwal.ErrFenced when a newer owner
+// took over, streamwal.ErrUnrecoverable when its state became uncertain.
+func (w *WAL) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stoppedLocked()
+}
+
+// Done is closed when the WAL stopped serving (closed, fenced or broken).
+func (w *WAL) Done() <-chan struct{} { return w.loopDone }
+
+// stoppedLocked is Err under w.mu.
+func (w *WAL) stoppedLocked() error {
+	if w.stopped != nil {
+		return w.stopped
+	}
+	return w.w.Err()
+}
+
+// Append appends one message and returns it as stored: its MessageID,
+// TimeTick, LastConfirmedMessageID and, for transaction messages, its
+// transaction context (a BeginTxn's carries the TxnID the WAL assigned).
+// The message must not be used by the caller afterwards.
+//
+// BeginTxn opens a transaction on the message's VChannel, with the
+// keepalive of the message's transaction context if it has one; body
+// messages carry the context (messages.WithTxn); CommitTxn and
+// RollbackTxn carry it too and close the transaction.
+func (w *WAL) Append(ctx context.Context, m *messages.MutableMessage) (*messages.ImmutableMessage, error) {
+	out, err := w.run(ctx, &appendOp{msgs: []*messages.MutableMessage{m}})
+	if err != nil {
+		return nil, err
+	}
+	return out[0], nil
+}
+
+// AppendTxn lands a whole transaction on v in one atomic batch: a
+// BeginTxn with keepalive (messages.DefaultKeepalive when zero), the body
+// messages in order, and a CommitTxn. It returns every message as stored.
+func (w *WAL) AppendTxn(ctx context.Context, v streamwal.VChannel, keepalive time.Duration, body ...*messages.MutableMessage) ([]*messages.ImmutableMessage, error) {
+	if keepalive == 0 {
+		keepalive = messages.DefaultKeepalive
+	}
+	ka := messages.WithTxn(messages.TxnContext{ID: 1, Keepalive: keepalive})
+	begin, err := w.codec.NewBody(messages.TypeBeginTxn, v, messages.BeginTxnBody{}, ka)
+	if err != nil {
+		return nil, err
+	}
+	commit, err := w.codec.NewBody(messages.TypeCommitTxn, v, messages.CommitTxnBody{}, ka)
+	if err != nil {
+		return nil, err
+	}
+	msgs := append(append([]*messages.MutableMessage{begin}, body...), commit)
+	return w.run(ctx, &appendOp{msgs: msgs, whole: true})
+}
+
+// BeginTxn opens a transaction on v and returns its context (TxnID and
+// keepalive, messages.DefaultKeepalive when zero).
+func (w *WAL) BeginTxn(ctx context.Context, v streamwal.VChannel, keepalive time.Duration) (messages.TxnContext, error) {
+	if keepalive == 0 {
+		keepalive = messages.DefaultKeepalive
+	}
+	m, err := w.codec.NewBody(messages.TypeBeginTxn, v, messages.BeginTxnBody{},
+		messages.WithTxn(messages.TxnContext{ID: 1, Keepalive: keepalive}))
+	if err != nil {
+		return messages.TxnContext{}, err
+	}
+	im, err := w.Append(ctx, m)
+	if err != nil {
+		return messages.TxnContext{}, err
+	}
+	return *im.Txn(), nil
+}
+
+// CommitTxn commits transaction tc on v, once its bodies in flight landed.
+func (w *WAL) CommitTxn(ctx context.Context, v streamwal.VChannel, tc messages.TxnContext) (*messages.ImmutableMessage, error) {
+	return w.closeTxn(ctx, messages.TypeCommitTxn, messages.CommitTxnBody{}, v, tc)
+}
+
+// RollbackTxn rolls transaction tc on v back.
+func (w *WAL) RollbackTxn(ctx context.Context, v streamwal.VChannel, tc messages.TxnContext) (*messages.ImmutableMessage, error) {
+	return w.closeTxn(ctx, messages.TypeRollbackTxn, messages.RollbackTxnBody{}, v, tc)
+}
+
+// closeTxn appends a CommitTxn or RollbackTxn.
+func (w *WAL) closeTxn(ctx context.Context, t *messages.Type, body any, v streamwal.VChannel, tc messages.TxnContext) (*messages.ImmutableMessage, error) {
+	m, err := w.codec.NewBody(t, v, body, messages.WithTxn(tc))
+	if err != nil {
+		return nil, err
+	}
+	return w.Append(ctx, m)
+}
+
+// Close stops the WAL: it refuses new appends, lets those in flight
+// resolve within a bounded time, stops the sync loop and closes the
+// writer. The stream is left as it is, for the next owner.
+func (w *WAL) Close() error {
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		if w.stopped == nil {
+			w.stopped = streamwal.Errorf(streamwal.CodeClosed, "wal of %s (term %d) is closed", w.cfg.PChannel, w.cfg.Term)
+		}
+		w.mu.Unlock()
+		close(w.stop)
+		<-w.loopDone
+		drained := make(chan struct{})
+		go func() { w.inflight.Wait(); close(drained) }()
+		select {
+		case <-drained:
+		case <-time.After(closeBudget):
+			w.log.Warn().Msg("appends still in flight after the close budget")
+		}
+		_ = w.w.Close()
+	})
+	return nil
+}
+
+// fail stops the WAL for a reason of its own (uncertain state).
+func (w *WAL) failLocked(err error) {
+	if w.stopped == nil {
+		w.log.Error().Err(err).Msg("wal stops")
+		w.stopped = err
+	}
+}
+
+// errAppendsOnly refuses what only the WAL itself may append.
+var errAppendsOnly = errors.New("written by the WAL itself")

@@ -1,0 +1,208 @@
+package read
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// StartKind says where a scanner starts.
+type StartKind uint8
+
+// Start kinds.
+const (
+	// StartEarliest: the first message still in the stream.
+	StartEarliest StartKind = iota
+	// StartLatest: only messages appended after the scanner opened.
+	StartLatest
+	// StartFrom: at a MessageID, inclusive.
+	StartFrom
+	// StartAfter: right after a MessageID.
+	StartAfter
+	// StartTimeTick: the first message with a TimeTick at or above T.
+	StartTimeTick
+)
+
+// Start is where a scanner starts.
+type Start struct {
+	Kind     StartKind
+	ID       messages.MessageID
+	TimeTick messages.TimeTick
+}
+
+// Earliest starts at the first message in the stream.
+func Earliest() Start { return Start{Kind: StartEarliest} }
+
+// Latest delivers only messages appended after the scanner opened.
+func Latest() Start { return Start{Kind: StartLatest} }
+
+// From starts at id, inclusive.
+func From(id messages.MessageID) Start { return Start{Kind: StartFrom, ID: id} }
+
+// After starts right after id.
+func After(id messages.MessageID) Start { return Start{Kind: StartAfter, ID: id} }
+
+// AtTimeTick starts at the first message with a TimeTick at or above t.
+func AtTimeTick(t messages.TimeTick) Start { return Start{Kind: StartTimeTick, TimeTick: t} }
+
+// backendStart maps a start onto the backend's positions.
+func (s Start) backendStart() (jetstream.StartPosition, error) {
+	switch s.Kind {
+	case StartEarliest, StartTimeTick:
+		return jetstream.Earliest(), nil
+	case StartLatest:
+		return jetstream.Latest(), nil
+	case StartFrom:
+		return jetstream.From(s.ID), nil
+	case StartAfter:
+		return jetstream.After(s.ID), nil
+	}
+	return jetstream.StartPosition{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "unknown start kind %d", s.Kind)
+}
+
+// Options configure a Scanner.
+type Options struct {
+	// Backend holds the stream; Codec decodes live ticks. Both required.
+	Backend jetstream.Backend
+	Codec   *messages.Codec
+	// Ticks, if set, receives the PChannel's live ticks, so that the
+	// watermark advances while nothing is appended.
+	Ticks *nats.Conn
+	// PChannel is the channel read; VChannel, if set, narrows the scanner
+	// to one of its VChannels (plus the PChannel-level messages).
+	PChannel streamwal.PChannel
+	VChannel streamwal.VChannel
+	// Start is where to start; Types the types to deliver (see Filter).
+	Start Start
+	Types []*messages.Type
+}
+
+// Scanner delivers one PChannel or VChannel in TimeTick order, with
+// transactions assembled. It is safe for concurrent use, though messages
+// come out of one Next at a time.
+type Scanner struct {
+	sc   jetstream.Scanner
+	sub  *nats.Subscription
+	next sync.Mutex // serializes Next
+	mu   sync.Mutex // guards asm
+	asm  *Assembler
+}
+
+// Open starts a scanner.
+func Open(ctx context.Context, o Options) (*Scanner, error) {
+	if o.Backend == nil || o.Codec == nil || o.PChannel.IsZero() {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "read needs a backend, a codec and a pchannel")
+	}
+	if !o.VChannel.IsZero() && o.VChannel.PChannel() != o.PChannel {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "vchannel %s is not on %s", o.VChannel, o.PChannel)
+	}
+	start, err := o.Start.backendStart()
+	if err != nil {
+		return nil, err
+	}
+	f := Filter{Types: o.Types}
+	if o.Start.Kind == StartTimeTick {
+		f.From = o.Start.TimeTick
+	}
+	s := &Scanner{asm: NewAssembler(f)}
+	if o.Ticks != nil {
+		if s.sub, err = s.subscribeTicks(o); err != nil {
+			return nil, err
+		}
+	}
+	s.sc, err = o.Backend.Read(ctx, o.PChannel, jetstream.ReadOptions{Start: start, Filters: filters(o)})
+	if err != nil {
+		s.unsubscribe()
+		return nil, err
+	}
+	return s, nil
+}
+
+// filters are the subject filters of o: every message of the PChannel, or
+// one VChannel's plus the PChannel-level ones.
+func filters(o Options) []string {
+	if o.VChannel.IsZero() {
+		return nil
+	}
+	return o.Codec.Cluster().VChannelFilter(o.VChannel)
+}
+
+// subscribeTicks feeds the PChannel's live ticks to the assembler.
+func (s *Scanner) subscribeTicks(o Options) (*nats.Subscription, error) {
+	sub, err := o.Ticks.Subscribe(o.Codec.Cluster().LiveTickSubject(o.PChannel), func(m *nats.Msg) {
+		t, err := o.Codec.DecodeLiveTick(m)
+		if err != nil || t.PChannel != o.PChannel {
+			return
+		}
+		s.mu.Lock()
+		s.asm.PushTick(t)
+		s.mu.Unlock()
+	})
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "subscribe to live ticks of %s: %w", o.PChannel, err)
+	}
+	return sub, nil
+}
+
+// Next blocks for the next message, until ctx ends or the scanner is
+// closed (streamwal.ErrClosed).
+func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {
+	s.next.Lock()
+	defer s.next.Unlock()
+	for {
+		m, err := s.sc.Next(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		out := s.asm.Push(m)
+		s.mu.Unlock()
+		if out != nil {
+			return out, nil
+		}
+	}
+}
+
+// All iterates until ctx ends, the scanner closes or an error occurs; the
+// error, if any, is the last pair.
+func (s *Scanner) All(ctx context.Context) iter.Seq2[*messages.ImmutableMessage, error] {
+	return func(yield func(*messages.ImmutableMessage, error) bool) {
+		for {
+			m, err := s.Next(ctx)
+			if !yield(m, err) || err != nil {
+				return
+			}
+		}
+	}
+}
+
+// Watermark is the largest TimeTick the scanner knows complete: every
+// message with a TimeTick at or below it has been read.
+func (s *Scanner) Watermark() messages.TimeTick {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asm.Watermark()
+}
+
+// Close stops the scanner.
+func (s *Scanner) Close() error {
+	s.unsubscribe()
+	if err := s.sc.Close(); err != nil {
+		return fmt.Errorf("close scanner: %w", err)
+	}
+	return nil
+}
+
+// unsubscribe stops the live ticks.
+func (s *Scanner) unsubscribe() {
+	if s.sub != nil {
+		_ = s.sub.Unsubscribe()
+	}
+}
