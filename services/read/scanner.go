@@ -82,6 +82,10 @@ type Options struct {
 	// Start is where to start; Types the types to deliver (see Filter).
 	Start Start
 	Types []*messages.Type
+	// MinTimeTick drops messages with a smaller TimeTick. Start a scanner
+	// at a message's LastConfirmedMessageID with MinTimeTick at its
+	// TimeTick to read exactly what follows it in TimeTick order.
+	MinTimeTick messages.TimeTick
 }
 
 // Scanner delivers one PChannel or VChannel in TimeTick order, with
@@ -107,9 +111,9 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := Filter{Types: o.Types}
+	f := Filter{Types: o.Types, From: o.MinTimeTick}
 	if o.Start.Kind == StartTimeTick {
-		f.From = o.Start.TimeTick
+		f.From = max(f.From, o.Start.TimeTick)
 	}
 	s := &Scanner{asm: NewAssembler(f)}
 	if o.Ticks != nil {

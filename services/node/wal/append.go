@@ -135,15 +135,17 @@ func (w *WAL) stamp(op *appendOp) error {
 		op.tts[i] = tt
 		m.SetTimeTick(tt)
 	}
+	// LastConfirmed is taken before the interceptors stamp, so that a
+	// CommitTxn's still counts its own transaction as open.
+	lc := w.maxAcked + 1
+	if oldest, ok := w.txns.Oldest(); ok {
+		lc = min(lc, oldest)
+	}
 	for _, ic := range w.chain {
 		if err := ic.stamp(w, op); err != nil {
 			return err
 		}
 		op.stamped++
-	}
-	lc := w.maxAcked + 1
-	if oldest, ok := w.txns.Oldest(); ok {
-		lc = min(lc, oldest)
 	}
 	for _, m := range op.msgs {
 		m.SetLastConfirmed(lc)

@@ -43,7 +43,10 @@
 // A sync loop runs every Config.SyncInterval: when anything landed since
 // the last persisted TimeTick message it appends one; otherwise, when no
 // append is in flight, it publishes a [messages.LiveTick] on core NATS so
-// that live readers still advance. It also expires idle transactions.
+// that live readers still advance. It also expires idle transactions, and
+// drops the rest of the current TimeTick batch, so that TimeTick time (in
+// which keepalives are measured) trails the oracle's clock by at most one
+// interval.
 //
 // # Open and recovery
 //
