@@ -151,12 +151,14 @@ func (w *WAL) stamp(op *appendOp) error {
 		m.SetLastConfirmed(lc)
 		m.SetTerm(w.cfg.Term)
 	}
-	op.fut = w.w.AppendAsync(context.Background(), op.msgs...)
-	for _, tt := range op.tts {
+	for i, tt := range op.tts {
 		if err := w.acks.Allocate(tt); err != nil {
+			op.tts = op.tts[:i]
+			w.confirm(op)
 			return err
 		}
 	}
+	op.fut = w.w.AppendAsync(context.Background(), op.msgs...)
 	w.inflight.Add(1)
 	select {
 	case <-op.fut.Done():
