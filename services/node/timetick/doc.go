@@ -10,4 +10,7 @@
 //     confirmed; its watermark is the largest TimeTick below which every
 //     allocated one is confirmed, which is what a TimeTick message may
 //     promise readers.
+//   - [Syncer] decides each round of the WAL's sync loop: a persisted
+//     TimeTick message when data landed since the last one, otherwise a
+//     live tick on core NATS, and only while that is sound.
 package timetick

@@ -219,17 +219,8 @@ func (w *WAL) resolve(op *appendOp) {
 // noteLanded advances what the WAL knows of the stream's tail.
 func (w *WAL) noteLanded(op *appendOp) {
 	last := op.ids[len(op.ids)-1]
-	if last > w.maxAcked {
-		w.maxAcked = last
-		w.tickID = 0
-	}
-	if op.internal {
-		if last == w.maxAcked {
-			w.tickID = last
-		}
-		return
-	}
-	w.dirty = true
+	w.maxAcked = max(w.maxAcked, last)
+	w.syncer.Landed(last, op.internal)
 }
 
 // validate refuses what may never be appended, before anything changes.

@@ -98,7 +98,8 @@ func (w *WAL) recover(ctx context.Context) error {
 	w.floor = floor
 	w.alloc.Reset()
 	w.acks = timetick.NewAckManager(floor)
-	w.maxAcked, w.tickID = barrier.ID(), barrier.ID()
+	w.maxAcked = barrier.ID()
+	w.syncer = timetick.NewSyncer(barrier.ID())
 	w.log.Info().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/timetick"
 )
 
 // syncLoop runs the TimeTick sync every interval until the WAL stops.
@@ -33,16 +34,33 @@ func (w *WAL) syncLoop() {
 // it every Config.SyncInterval; tests call it directly.
 func (w *WAL) Sync(ctx context.Context) error {
 	w.mu.Lock()
-	dirty := w.dirty
+	if err := w.stoppedLocked(); err != nil {
+		w.mu.Unlock()
+		return err
+	}
 	// Drop the rest of the TimeTick batch, so that TimeTicks (and with
 	// them transaction expiry) follow the oracle's clock within one
 	// interval even when appends are too few to use a batch up.
 	w.alloc.Reset()
-	w.mu.Unlock()
-	if dirty {
-		return w.appendTick(ctx)
+	action, covers := w.syncer.Decide(w.acks.Pending())
+	if action != timetick.SyncLive {
+		w.mu.Unlock()
+		if action == timetick.SyncPersist {
+			return w.appendTick(ctx)
+		}
+		return nil
 	}
-	return w.liveTick()
+	// The live tick's TimeTick is drawn in the same critical section as
+	// the decision, so no append can be ordered between them.
+	tt, err := w.nextTimeTick()
+	if err == nil {
+		w.txns.Expire(tt)
+	}
+	w.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return w.publishLive(messages.LiveTick{PChannel: w.cfg.PChannel, TimeTick: tt, Covers: covers, Term: w.cfg.Term})
 }
 
 // appendTick appends a persisted TimeTick message.
@@ -51,43 +69,21 @@ func (w *WAL) appendTick(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.dirty = false
-	w.mu.Unlock()
 	if _, err := w.run(ctx, &appendOp{msgs: []*messages.MutableMessage{m}, internal: true}); err != nil {
 		w.mu.Lock()
-		w.dirty = true
+		w.syncer.Failed()
 		w.mu.Unlock()
 		return err
 	}
 	return nil
 }
 
-// liveTick publishes a live tick if the stream's last message is a
-// TimeTick or barrier of this WAL and nothing is in flight; it expires
-// idle transactions either way.
-func (w *WAL) liveTick() error {
-	w.mu.Lock()
-	if err := w.stoppedLocked(); err != nil {
-		w.mu.Unlock()
-		return err
-	}
-	if w.acks.Pending() > 0 || w.tickID == 0 {
-		w.mu.Unlock()
-		return nil
-	}
-	tt, err := w.nextTimeTick()
-	if err != nil {
-		w.mu.Unlock()
-		return err
-	}
-	w.txns.Expire(tt)
-	covers := w.tickID
-	w.mu.Unlock()
+// publishLive publishes a live tick on core NATS.
+func (w *WAL) publishLive(t messages.LiveTick) error {
 	if w.cfg.Ticks == nil {
 		return nil
 	}
-	msg, err := w.codec.EncodeLiveTick(messages.LiveTick{PChannel: w.cfg.PChannel, TimeTick: tt, Covers: covers, Term: w.cfg.Term})
+	msg, err := w.codec.EncodeLiveTick(t)
 	if err != nil {
 		return err
 	}

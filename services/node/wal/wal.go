@@ -37,12 +37,8 @@ type WAL struct {
 	granted  map[uint64]chan struct{}
 	txns     *txn.Table
 	life     *lifecycle.Table
-	// dirty: something other than a TimeTick landed since the last
-	// persisted one. tickID: the last TimeTick or barrier landed, while it
-	// is still the stream's last message (zero otherwise).
-	dirty   bool
-	tickID  messages.MessageID
-	stopped error // set once the WAL takes no more appends
+	syncer   *timetick.Syncer
+	stopped  error // set once the WAL takes no more appends
 
 	inflight  sync.WaitGroup
 	stop      chan struct{}
