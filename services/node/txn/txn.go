@@ -25,6 +25,7 @@ package txn
 
 import (
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/streamwal/streamwal"
@@ -108,6 +109,9 @@ type Session struct {
 	State    State
 	// cause is why a final session ended (for its error).
 	cause error
+	// marks are the TimeTicks of the BeginTxn or last resolved body and of
+	// the bodies stamped since, not refused: LastActivity is the last.
+	marks []messages.TimeTick
 	// drained is closed when a committing session has no body in flight.
 	drained chan struct{}
 }
@@ -137,6 +141,25 @@ type Table struct {
 	ended map[messages.TxnID]error
 	// endedOrder bounds ended to the most recent maxEnded.
 	endedOrder []messages.TxnID
+	// dead counts the ended sessions still in order.
+	dead int
+}
+
+// compact drops ended sessions from order once they are most of it, so
+// that a long-lived session at its front does not make Expire and Abort
+// scan every ended one. It must not run while order is being iterated.
+func (t *Table) compact() {
+	if t.dead <= 64 || t.dead <= len(t.order)/2 {
+		return
+	}
+	live := t.order[:0]
+	for _, s := range t.order {
+		if s.live() {
+			live = append(live, s)
+		}
+	}
+	clear(t.order[len(live):])
+	t.order, t.dead = live, 0
 }
 
 // maxEnded bounds how many ended transactions the table remembers.
@@ -156,7 +179,7 @@ func (t *Table) Begin(id messages.TxnID, v streamwal.VChannel, keepalive time.Du
 	if _, ok := t.sessions[id]; ok {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "begin txn %d: %w", id, ErrDuplicate)
 	}
-	s := &Session{ID: id, VChannel: v, Keepalive: keepalive, Begin: begin, LastActivity: tt, State: Open}
+	s := &Session{ID: id, VChannel: v, Keepalive: keepalive, Begin: begin, LastActivity: tt, State: Open, marks: []messages.TimeTick{tt}}
 	t.sessions[id] = s
 	t.order = append(t.order, s)
 	return s, nil
@@ -175,6 +198,7 @@ func (t *Table) Body(id messages.TxnID, v streamwal.VChannel, tt messages.TimeTi
 	s.Bodies++
 	s.InFlight++
 	s.LastActivity = tt
+	s.marks = append(s.marks, tt)
 	return s, nil
 }
 
@@ -186,6 +210,10 @@ func (t *Table) BodyDone(id messages.TxnID, landed bool) {
 		return
 	}
 	s.InFlight--
+	if s.InFlight == 0 && len(s.marks) > 1 {
+		// Nothing left to refuse: only the latest mark matters.
+		s.marks = append(s.marks[:0], s.marks[len(s.marks)-1])
+	}
 	if !landed && s.live() {
 		t.end(s, Aborted, streamwal.Errorf(streamwal.CodeTxnInvalidState, "txn %d: a body message did not land: %w", id, ErrAborted))
 	}
@@ -272,6 +300,7 @@ func (t *Table) Rollback(id messages.TxnID, v streamwal.VChannel, tt messages.Ti
 // when v is zero): an exclusive operation is being stamped. It returns the
 // IDs it ended.
 func (t *Table) Abort(v streamwal.VChannel) []messages.TxnID {
+	t.compact()
 	var ids []messages.TxnID
 	for _, s := range t.order {
 		if s.live() && (v.IsZero() || s.VChannel == v) {
@@ -286,6 +315,7 @@ func (t *Table) Abort(v streamwal.VChannel) []messages.TxnID {
 // their IDs. Sessions waiting to commit are left to Commit, which checks
 // their deadline against the CommitTxn's own TimeTick.
 func (t *Table) Expire(tt messages.TimeTick) []messages.TxnID {
+	t.compact()
 	var ids []messages.TxnID
 	for _, s := range t.order {
 		if s.State == Open && tt > s.Deadline() {
@@ -302,6 +332,7 @@ func (t *Table) Oldest() (messages.MessageID, bool) {
 	for len(t.order) > 0 && !t.order[0].live() {
 		t.order[0] = nil
 		t.order = t.order[1:]
+		t.dead--
 	}
 	if len(t.order) == 0 {
 		return 0, false
@@ -361,6 +392,7 @@ func (t *Table) expire(s *Session, tt messages.TimeTick) error {
 // end moves s to a final state and forgets it, remembering why.
 func (t *Table) end(s *Session, state State, cause error) {
 	s.State, s.cause = state, cause
+	t.dead++
 	if s.drained != nil && s.InFlight == 0 {
 		close(s.drained)
 		s.drained = nil
@@ -419,22 +451,24 @@ func (t *Table) Replay(m *messages.ImmutableMessage) {
 		if s, err := t.usable(tc.ID, m.VChannel(), tt); err == nil {
 			s.Bodies++
 			s.LastActivity = tt
+			s.marks = append(s.marks[:0], tt)
 		}
 	}
 }
 
 // BodyRefused undoes Body for a body stamped at tt that was refused before
-// it was sent: it no longer counts, and if it was the session's latest
-// activity the idle mark goes back to prev, so that the session expires
-// when a reader, who never sees the body, expects it to.
-func (t *Table) BodyRefused(id messages.TxnID, tt, prev messages.TimeTick) {
+// it was sent: it no longer counts, and the idle mark goes back to the
+// latest activity that still stands, so that the session expires when a
+// reader, who never sees the body, expects it to.
+func (t *Table) BodyRefused(id messages.TxnID, tt messages.TimeTick) {
 	s, ok := t.sessions[id]
 	if !ok {
 		return
 	}
 	s.Bodies--
-	if s.LastActivity == tt {
-		s.LastActivity = prev
+	if i, found := slices.BinarySearch(s.marks, tt); found {
+		s.marks = slices.Delete(s.marks, i, i+1)
+		s.LastActivity = s.marks[len(s.marks)-1]
 	}
 	t.BodyDone(id, true)
 }

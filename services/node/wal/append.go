@@ -41,9 +41,8 @@ type appendOp struct {
 	acked    bool  // its TimeTicks were confirmed
 
 	// Per-interceptor state.
-	lockID   uint64
-	txnID    messages.TxnID
-	prevIdle messages.TimeTick // a body's session idle mark before it
+	lockID uint64
+	txnID  messages.TxnID
 }
 
 // interceptor is one stage of the append chain. admit runs without the

@@ -98,15 +98,11 @@ func (w *WAL) beginTxn(op *appendOp, m *messages.MutableMessage, tt messages.Tim
 // txnBody counts a body in its session and gives it the session's context.
 func (w *WAL) txnBody(op *appendOp, m *messages.MutableMessage, tt messages.TimeTick) error {
 	id := m.Txn().ID
-	var prev messages.TimeTick
-	if s, ok := w.txns.Get(id); ok {
-		prev = s.LastActivity
-	}
 	s, err := w.txns.Body(id, m.VChannel(), tt)
 	if err != nil {
 		return err
 	}
-	op.txnID, op.prevIdle = id, prev
+	op.txnID = id
 	return m.SetTxn(&messages.TxnContext{ID: s.ID, Keepalive: s.Keepalive})
 }
 
@@ -144,7 +140,7 @@ func (txnInterceptor) finish(w *WAL, op *appendOp, index int) {
 	case messages.TypeRollbackTxn:
 	default:
 		if op.outcome == refused {
-			w.txns.BodyRefused(op.txnID, op.tts[0], op.prevIdle)
+			w.txns.BodyRefused(op.txnID, op.tts[0])
 			return
 		}
 		w.txns.BodyDone(op.txnID, op.outcome == landed)
