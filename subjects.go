@@ -258,3 +258,23 @@ const ObjectStoreSegments = "segments"
 func (c Cluster) ObjectStoreName(name string) string {
 	return walRoot + "_" + string(c) + "_" + name
 }
+
+// Keys of the KV buckets. A PChannel's assignment is under its name in
+// BucketAssignments, a node's registration under its ID in BucketNodes.
+const (
+	// KeyLeader is the coordinator lease in BucketLeader.
+	KeyLeader = "lease"
+	// KeyTSOBound is the oracle's persisted upper bound in BucketTSO.
+	KeyTSOBound = "bound"
+	// KeyView is the versioned assignment view in BucketAssignments.
+	KeyView = "view"
+	// KeyCollections is the VChannel allocation and the CChannel
+	// placement in BucketVChannels.
+	KeyCollections = "collections"
+)
+
+// AssignmentKey is p's key in BucketAssignments.
+func AssignmentKey(p PChannel) string { return "pchannel." + p.String() }
+
+// NodeKey is n's key in BucketNodes.
+func NodeKey(n NodeID) string { return "node." + string(n) }

@@ -59,21 +59,37 @@ type interceptor interface {
 // run takes op through the chain and the writer, and returns the stored
 // messages.
 func (w *WAL) run(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessage, error) {
-	if err := w.validate(op); err != nil {
+	if err := w.start(ctx, op); err != nil {
 		return nil, err
+	}
+	return w.wait(ctx, op)
+}
+
+// start admits and stamps op: once it returns nil, op is queued to the
+// writer, ordered after every op started before it.
+func (w *WAL) start(ctx context.Context, op *appendOp) error {
+	if err := w.validate(op); err != nil {
+		return err
 	}
 	for _, ic := range w.chain {
 		if err := ic.admit(ctx, w, op); err != nil {
 			w.resolve(op)
-			return nil, err
+			return err
 		}
 		op.admitted++
 	}
 	if err := w.stamp(op); err != nil {
 		op.err = err
 		w.resolve(op)
-		return nil, err
+		return err
 	}
+	return nil
+}
+
+// wait waits for a started op's outcome. If ctx ends first, the op is
+// abandoned when the writer had not taken it yet (never written), or else
+// resolved in the background when the writer is done with it.
+func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessage, error) {
 	ids, err := op.fut.Wait(ctx)
 	select {
 	case <-op.fut.Done():
@@ -82,12 +98,10 @@ func (w *WAL) run(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessa
 		w.resolve(op)
 	default:
 		if !errors.Is(err, streamwal.ErrUnknownOutcome) {
-			// Abandoned before the sequencer took it: never written.
 			op.outcome, op.err = lost, err
 			w.resolve(op)
 			return nil, err
 		}
-		// Still in flight: resolve the chain when the writer does.
 		go func() {
 			<-op.fut.Done()
 			op.settle(op.fut.Result())

@@ -92,6 +92,32 @@ func (w *WAL) Append(ctx context.Context, m *messages.MutableMessage) (*messages
 	return out[0], nil
 }
 
+// AppendMany appends msgs as independent appends, in the order listed:
+// each is admitted and ordered before the next one starts, and all are
+// then in flight together. It returns, per message, the stored message or
+// why it was not appended.
+func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error) {
+	out := make([]*messages.ImmutableMessage, len(msgs))
+	errs := make([]error, len(msgs))
+	ops := make([]*appendOp, len(msgs))
+	for i, m := range msgs {
+		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
+		if errs[i] = w.start(ctx, ops[i]); errs[i] != nil {
+			ops[i] = nil
+		}
+	}
+	for i, op := range ops {
+		if op == nil {
+			continue
+		}
+		var got []*messages.ImmutableMessage
+		if got, errs[i] = w.wait(ctx, op); errs[i] == nil {
+			out[i] = got[0]
+		}
+	}
+	return out, errs
+}
+
 // AppendTxn lands a whole transaction on v in one atomic batch: a
 // BeginTxn with keepalive (messages.DefaultKeepalive when zero), the body
 // messages in order, and a CommitTxn. It returns every message as stored.
