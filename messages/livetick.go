@@ -1,12 +1,16 @@
 package messages
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/streamwal/streamwal"
 )
+
+// errZero refuses a zero where a live tick needs a positive number.
+var errZero = errors.New("zero")
 
 // HdrCovers is the header of a live tick naming the MessageID it covers.
 const HdrCovers = "Wal-Covers"
@@ -29,7 +33,7 @@ type LiveTick struct {
 // PChannel's live-tick subject.
 func (c *Codec) EncodeLiveTick(t LiveTick) (*nats.Msg, error) {
 	if t.PChannel.IsZero() || t.TimeTick == 0 || t.Covers == 0 || t.Term == 0 {
-		return nil, invalid("live tick needs a pchannel, a timetick, a covered message and a term")
+		return nil, wrapInvalid(ErrMalformed, "live tick needs a pchannel, a timetick, a covered message and a term")
 	}
 	m := nats.NewMsg(c.cluster.LiveTickSubject(t.PChannel))
 	m.Header.Set(HdrVersion, versionText)
@@ -46,26 +50,34 @@ func (c *Codec) DecodeLiveTick(m *nats.Msg) (LiveTick, error) {
 	if m == nil || m.Header == nil {
 		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick without headers")
 	}
-	if v := m.Header.Get(HdrVersion); v != versionText {
-		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick version %q", v)
+	r := headerReader{hdr: m.Header}
+	if v := r.one(HdrVersion); v != versionText {
+		r.fail(HdrVersion, v, "unsupported version")
 	}
-	p, err := streamwal.ParsePChannel(m.Header.Get(HdrPChannel))
-	if err != nil {
-		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick pchannel: %v", err)
-	}
-	if m.Subject != c.cluster.LiveTickSubject(p) {
-		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick of %s on subject %q", p, m.Subject)
+	p, err := streamwal.ParsePChannel(r.one(HdrPChannel))
+	if r.err == nil && err != nil {
+		r.fail(HdrPChannel, m.Header.Get(HdrPChannel), err)
 	}
 	t := LiveTick{PChannel: p}
 	for _, f := range []struct {
 		hdr string
 		out *uint64
 	}{{HdrTimeTick, (*uint64)(&t.TimeTick)}, {HdrCovers, (*uint64)(&t.Covers)}, {HdrTerm, &t.Term}} {
-		v, err := strconv.ParseUint(m.Header.Get(f.hdr), 10, 64)
-		if err != nil || v == 0 {
-			return LiveTick{}, wrapInvalid(ErrMalformed, "live tick header %s=%q", f.hdr, m.Header.Get(f.hdr))
+		v := r.one(f.hdr)
+		n, err := parseUint(v)
+		if err == nil && n == 0 {
+			err = errZero
 		}
-		*f.out = v
+		if err != nil {
+			r.fail(f.hdr, v, err)
+		}
+		*f.out = n
+	}
+	if r.err != nil {
+		return LiveTick{}, r.err
+	}
+	if m.Subject != c.cluster.LiveTickSubject(p) {
+		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick of %s on subject %q", p, m.Subject)
 	}
 	return t, nil
 }
