@@ -23,9 +23,13 @@ type batch struct {
 	reqs     []*AppendFuture
 	n        int
 	expect   uint64 // the stream's last sequence the batch must follow
+	after    string // the message ID the unit must follow
 	deadline time.Time
-	failed   error // set once the server refused it or it timed out
-	dup      bool  // refused because a message ID was already stored
+	// quiet: sent without a reply subject; the ack of the unit after it
+	// answers for it.
+	quiet  bool
+	failed error // set once the server refused it or it timed out
+	dup    bool  // refused because a message ID was already stored
 	// permanent is set when the server refused the unit for a reason a
 	// retry cannot cure (message too large, stream full, sealed).
 	permanent error
@@ -73,6 +77,7 @@ type sequencer struct {
 	ackedID, lastID string
 	fence           uint64 // our barrier's sequence
 	nextNum         uint64
+	quietRun        int // units sent unanswered since the last answered one
 	closing         bool
 	refusals        int // consecutive refusals, for backoff
 	closeBy         time.Time
@@ -180,15 +185,16 @@ func (s *sequencer) room(n int) bool {
 	return s.inflightMsgs+n <= o.MaxInFlightMsgs && (n == 1 || s.inflightBatches < o.MaxInFlight)
 }
 
-// nextUnit takes the next unit off the queue, or nil if the pipeline is
-// full. With group commit, a unit gathers every queued request up to
-// MaxBatch messages; otherwise each request is its own unit. A solo request
-// (retried after a duplicate refusal) always goes alone.
+// nextUnit takes the next unit off the queue and reserves its place in the
+// pipeline, or returns nil if the pipeline is full. With group commit, a
+// unit gathers every queued request up to MaxBatch messages; otherwise each
+// request is its own unit. A solo request (retried after a duplicate
+// refusal) always goes alone.
 func (s *sequencer) nextUnit() *batch {
 	if !s.room(len(s.queue[0].msgs)) {
 		return nil
 	}
-	b := &batch{num: s.nextNum, expect: s.tail}
+	b := &batch{num: s.nextNum, expect: s.tail, after: s.lastID}
 	s.nextNum++
 	for len(s.queue) > 0 {
 		f := s.queue[0]
@@ -201,8 +207,33 @@ func (s *sequencer) nextUnit() *batch {
 			break
 		}
 	}
+	s.tail += uint64(b.n)
+	s.lastID = b.lastMsgID()
+	s.push(b)
 	return b
 }
+
+// maxQuietRun bounds the units sent in a row without a reply subject, so
+// that acks keep resolving appends while a long run goes out.
+const maxQuietRun = 64
+
+// quiet reports whether unit b, just reserved, may go out without a reply
+// subject: a first-time plain publish followed at once by another one with
+// a message ID of this writer. The follower lands only right after b (it
+// expects b's message ID and the sequence after b), and it cannot be a
+// duplicate, so its ack answers for b as well; if b was refused, the
+// follower fails too, and recovery reads what landed. Re-sent requests
+// always get their own answer, which is how a refusal of b is learnt.
+func (s *sequencer) quiet(b *batch) bool {
+	if s.quietRun >= maxQuietRun || !fresh(b.reqs[0]) || b.atomic() || len(s.queue) == 0 {
+		return false
+	}
+	next := s.queue[0]
+	return fresh(next) && len(next.msgs) == 1 && strings.HasPrefix(next.ids[0], s.w.idPrefix) && s.room(1)
+}
+
+// fresh reports whether a request goes out for the first time, whole.
+func fresh(f *AppendFuture) bool { return !f.sent && !f.solo && f.parent == nil }
 
 // sendBatch publishes a unit: the conditions on its first message; for an
 // atomic batch the batch headers, and the commit and reply subject on its
@@ -213,6 +244,11 @@ func (s *sequencer) sendBatch(b *batch) bool {
 	id := ""
 	if b.atomic() {
 		id = nuid.Next()
+	}
+	b.quiet = s.quiet(b)
+	s.quietRun++
+	if !b.quiet {
+		s.quietRun = 0
 	}
 	i := 0
 	for k, f := range b.reqs {
@@ -230,6 +266,7 @@ func (s *sequencer) sendBatch(b *batch) bool {
 				// batch is never committed, so nothing of it is stored.
 				f.fail(streamwal.Errorf(streamwal.CodeInvalidArgument, "publish refused by the client: %v", err))
 				s.queue = append(append(append([]*AppendFuture(nil), b.reqs[:k]...), b.reqs[k+1:]...), s.queue...)
+				s.unreserve(b)
 				return false
 			}
 			if err != nil && b.failed == nil {
@@ -244,14 +281,23 @@ func (s *sequencer) sendBatch(b *batch) bool {
 	if b.atomic() {
 		s.w.stats.batches.Add(1)
 	}
-	s.tail += uint64(b.n)
-	s.lastID = b.lastMsgID()
-	s.push(b)
 	if b.failed != nil {
 		s.recover(b.failed)
 		return false
 	}
 	return true
+}
+
+// unreserve gives back the place of unit b, the last reserved, which did
+// not go out. If the unit before it went out unanswered, only the tail can
+// tell whether it landed.
+func (s *sequencer) unreserve(b *batch) {
+	s.remove(len(s.inflight)-1, len(s.inflight))
+	s.tail -= uint64(b.n)
+	s.lastID = b.after
+	if n := len(s.inflight); n > 0 && s.inflight[n-1].quiet {
+		s.recover(streamwal.Errorf(streamwal.CodeUnavailable, "an unanswered unit lost its follower"))
+	}
 }
 
 // connectionError reports whether a publish failed because of the
@@ -276,8 +322,8 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 			m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
 			m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
 		} else {
-			m.Header.Set(njs.ExpectedLastMsgIDHeader, s.lastID)
-			if !strings.HasPrefix(s.lastID, s.w.idPrefix) {
+			m.Header.Set(njs.ExpectedLastMsgIDHeader, b.after)
+			if !strings.HasPrefix(b.after, s.w.idPrefix) {
 				// A caller's message ID may be stored again by a newer
 				// owner, so it does not fence: expect our barrier too.
 				m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
@@ -289,7 +335,9 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 		if b.atomic() {
 			m.Header.Set(hdrBatchCommit, "1")
 		}
-		m.Reply = s.inbox + "." + strconv.FormatUint(b.num, 10)
+		if !b.quiet {
+			m.Reply = s.inbox + "." + strconv.FormatUint(b.num, 10)
+		}
 	}
 }
 
@@ -582,12 +630,13 @@ func (s *sequencer) pause(d time.Duration) {
 	}
 }
 
-// drain waits until every in-flight batch was answered or is overdue.
+// drain waits until every in-flight batch was answered or is overdue
+// (quiet units get no answer of their own).
 func (s *sequencer) drain() {
 	for {
 		var wait time.Duration = -1
 		for _, b := range s.inflight {
-			if b.failed == nil {
+			if b.failed == nil && !b.quiet {
 				wait = max(wait, time.Until(b.deadline))
 			}
 		}
