@@ -52,6 +52,10 @@ type Writer interface {
 
 // Scanner delivers the messages of one PChannel in stream order.
 type Scanner interface {
+	// Start is where the scanner started, with Latest resolved to the
+	// position it was pinned to (After the stream's last message when it
+	// opened).
+	Start() StartPosition
 	// Next blocks for the next message, until ctx ends or the scanner is
 	// closed (streamwal.ErrClosed).
 	Next(ctx context.Context) (*messages.ImmutableMessage, error)

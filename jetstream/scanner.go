@@ -18,6 +18,7 @@ import (
 type scanner struct {
 	b      *JetStream
 	p      streamwal.PChannel
+	start  StartPosition
 	msgs   njs.MessagesContext
 	mu     sync.Mutex
 	closed bool
@@ -44,8 +45,11 @@ func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts Re
 	if err != nil {
 		return nil, classify(fmt.Errorf("read %s from %s: %w", p, opts.Start, err))
 	}
-	return &scanner{b: b, p: p, msgs: msgs}, nil
+	return &scanner{b: b, p: p, start: opts.Start, msgs: msgs}, nil
 }
+
+// Start implements Scanner.
+func (s *scanner) Start() StartPosition { return s.start }
 
 // Next implements Scanner.
 func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {

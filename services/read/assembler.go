@@ -68,6 +68,11 @@ func NewAssembler(f Filter) *Assembler {
 // message with a TimeTick at or below it has been pushed.
 func (a *Assembler) Watermark() messages.TimeTick { return a.watermark }
 
+// StartAfter tells an assembler that its stream starts after id (the
+// reader skipped everything up to it), so that a live tick covering id
+// applies before anything is pushed.
+func (a *Assembler) StartAfter(id messages.MessageID) { a.last = max(a.last, id) }
+
 // Last is the MessageID of the last message pushed.
 func (a *Assembler) Last() messages.MessageID { return a.last }
 

@@ -126,6 +126,14 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 		s.unsubscribe()
 		return nil, err
 	}
+	s.mu.Lock()
+	switch st := s.sc.Start(); st.Kind {
+	case jetstream.StartAfter:
+		s.asm.StartAfter(st.ID)
+	case jetstream.StartFrom:
+		s.asm.StartAfter(st.ID - 1)
+	}
+	s.mu.Unlock()
 	return s, nil
 }
 

@@ -3,7 +3,6 @@ package read_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -345,13 +344,6 @@ func TestClose(t *testing.T) {
 	require.NoError(t, s.Close(), "Close is idempotent")
 }
 
-// skipBug skips a test that shows a known bug, unless READ_BUGS is set.
-func skipBug(t *testing.T, why string) {
-	if os.Getenv("READ_BUGS") == "" {
-		t.Skip("bug: " + why)
-	}
-}
-
 // publishTick publishes a live tick of e's PChannel.
 func (e *wal) publishTick(tt messages.TimeTick, covers messages.MessageID) {
 	e.t.Helper()
@@ -429,7 +421,6 @@ func TestNoTicksWithoutConn(t *testing.T) {
 // reader like any other; the live ticks of the writer should advance its
 // watermark.
 func TestLatestWatermark(t *testing.T) {
-	skipBug(t, "a scanner started at Latest (or After/From an ID) has pushed nothing, so Assembler.last is 0 and a live tick covering the stream's tail waits until the next append: on an idle WAL the watermark of a live reader never advances")
 	e := newWAL(t)
 	tick := e.one(e.pbody(messages.TypeTimeTick, messages.TimeTickBody{}))
 	s := e.open(read.Options{Ticks: e.nc, Start: read.Latest()})
@@ -440,7 +431,6 @@ func TestLatestWatermark(t *testing.T) {
 // TestAfterWatermark: the same for a scanner started right after the
 // stream's tail.
 func TestAfterWatermark(t *testing.T) {
-	skipBug(t, "see TestLatestWatermark; for After(id) the assembler could start with last = id (From(id): id-1)")
 	e := newWAL(t)
 	tick := e.one(e.pbody(messages.TypeTimeTick, messages.TimeTickBody{}))
 	s := e.open(read.Options{Ticks: e.nc, Start: read.After(tick.ID)})
