@@ -19,6 +19,9 @@ type Backend interface {
 	// Read returns a scanner over p from a start position, delivering the
 	// messages whose subjects match the filters (all of p's when empty).
 	Read(ctx context.Context, p streamwal.PChannel, opts ReadOptions) (Scanner, error)
+	// Get reads the message of p stored at id (streamwal.ErrInvalidArgument
+	// wrapping ErrNotStored if there is none).
+	Get(ctx context.Context, p streamwal.PChannel, id messages.MessageID) (*messages.ImmutableMessage, error)
 	// Truncate removes every message of p below id.
 	Truncate(ctx context.Context, p streamwal.PChannel, below messages.MessageID) error
 	// Close releases the backend; open writers and scanners keep working
@@ -39,6 +42,10 @@ type Writer interface {
 	Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]messages.MessageID, error)
 	// AppendAsync queues msgs and returns a future of their MessageIDs.
 	AppendAsync(ctx context.Context, msgs ...*messages.MutableMessage) *AppendFuture
+	// Fenced reads the stream's newest RecoveryBarrier and reports whether
+	// a newer owner has fenced this writer, without writing anything (an
+	// idle writer learns it no other way).
+	Fenced(ctx context.Context) (bool, error)
 	// Done is closed when the writer stopped (closed, fenced or broken).
 	Done() <-chan struct{}
 	// Err says why the writer stopped: nil while it runs,

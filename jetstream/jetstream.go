@@ -145,6 +145,31 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 	return newScanner(ctx, b, p, opts)
 }
 
+// ErrNotStored: no message is stored at the MessageID asked for.
+var ErrNotStored = errors.New("no message stored at that id")
+
+// Get implements Backend.
+func (b *JetStream) Get(ctx context.Context, p streamwal.PChannel, id messages.MessageID) (*messages.ImmutableMessage, error) {
+	if err := b.checkOpen(p); err != nil {
+		return nil, err
+	}
+	if id == 0 {
+		return nil, invalidArg("get message id 0: %w", ErrNotStored)
+	}
+	s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+	if err != nil {
+		return nil, classify(fmt.Errorf("get %s/%d: %w", p, id, err))
+	}
+	raw, err := s.GetMsg(ctx, uint64(id))
+	if errors.Is(err, njs.ErrMsgNotFound) {
+		return nil, invalidArg("get %s/%d: %w", p, id, ErrNotStored)
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("get %s/%d: %w", p, id, err))
+	}
+	return b.codec.Decode(&nats.Msg{Subject: raw.Subject, Header: raw.Header, Data: raw.Data}, id)
+}
+
 // checkFilters refuses filters outside p's subjects.
 func (b *JetStream) checkFilters(p streamwal.PChannel, filters []string) error {
 	root := b.codec.Cluster().StreamSubjects(p)[0]

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,6 +33,9 @@ type writer struct {
 	log       zerolog.Logger
 	idPrefix  string
 	termText  string
+	// termValue is the Wal-Term header value, shared by every message
+	// (header values are replaced, never changed in place).
+	termValue []string
 	idSeq     atomic.Uint64
 
 	mu       sync.Mutex
@@ -76,6 +80,7 @@ func startWriter(b *JetStream, p streamwal.PChannel, term uint64, barrier *messa
 		log:       b.log.With().Str("pchannel", p.String()).Uint64("term", term).Logger(),
 		idPrefix:  "w" + strconv.FormatUint(term, 10) + "-" + nuid.Next() + "-",
 		termText:  strconv.FormatUint(term, 10),
+		termValue: []string{strconv.FormatUint(term, 10)},
 		wake:      make(chan struct{}, 1),
 		closeReq:  make(chan struct{}),
 		done:      make(chan struct{}),
@@ -97,6 +102,19 @@ func (w *writer) Term() uint64 { return w.term }
 
 // Barrier implements Writer.
 func (w *writer) Barrier() *messages.ImmutableMessage { return w.barrier }
+
+// Fenced implements Writer.
+func (w *writer) Fenced(ctx context.Context) (bool, error) {
+	stream, err := w.b.js.Stream(ctx, w.stream)
+	if err != nil {
+		return false, classify(fmt.Errorf("check fence of %s: %w", w.p, err))
+	}
+	last, err := w.b.newestBarrier(ctx, stream, w.p)
+	if err != nil {
+		return false, err
+	}
+	return last.term > w.term, nil
+}
 
 // Done implements Writer.
 func (w *writer) Done() <-chan struct{} { return w.done }
@@ -146,8 +164,8 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 	if len(msgs) == 0 || len(msgs) > w.b.opts.MaxBatch {
 		return nil, invalidArg("append takes 1 to %d messages, got %d", w.b.opts.MaxBatch, len(msgs))
 	}
-	out := make([]*nats.Msg, len(msgs))
-	ids := make([]string, len(msgs))
+	f := newFuture(len(msgs))
+	ids := f.ids
 	limit := int(w.b.opts.MaxMsgSize)
 	if mp := int(w.b.nc.MaxPayload()); mp > 0 {
 		limit = min(limit, mp)
@@ -164,7 +182,7 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 		if err != nil {
 			return nil, err
 		}
-		nm.Header.Set(messages.HdrTerm, w.termText)
+		nm.Header[messages.HdrTerm] = w.termValue
 		ids[i] = m.MsgID()
 		if ids[i] == "" {
 			ids[i] = w.idPrefix + strconv.FormatUint(w.idSeq.Add(1), 36)
@@ -176,9 +194,9 @@ func (w *writer) encode(msgs []*messages.MutableMessage) (*AppendFuture, error) 
 		if m.MsgID() != "" && seen.repeat(ids[:i], ids[i]) {
 			return nil, invalidArg("message %d repeats message id %q of the same append", i, ids[i])
 		}
-		out[i] = nm
+		f.msgs[i] = nm
 	}
-	return newFuture(out, ids), nil
+	return f, nil
 }
 
 // idSet finds a repeated message ID among the earlier ones of an append:

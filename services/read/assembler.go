@@ -49,6 +49,7 @@ type Assembler struct {
 	next      messages.TimeTick // the earliest session deadline
 	watermark messages.TimeTick
 	last      messages.MessageID
+	term      uint64              // the highest writer term pushed
 	ticks     []messages.LiveTick // live ticks waiting for their covered message
 }
 
@@ -84,6 +85,7 @@ func (a *Assembler) Open() int { return len(a.sessions) }
 func (a *Assembler) Push(m *messages.ImmutableMessage) *messages.ImmutableMessage {
 	tt := m.TimeTick()
 	a.last = m.ID()
+	a.term = max(a.term, m.Term())
 	a.advance(tt)
 	a.applyTicks()
 	if len(a.sessions) > 0 && tt > a.next {
@@ -103,8 +105,8 @@ func (a *Assembler) Push(m *messages.ImmutableMessage) *messages.ImmutableMessag
 
 // PushTick takes a live tick of the PChannel.
 func (a *Assembler) PushTick(t messages.LiveTick) {
-	if t.TimeTick <= a.watermark {
-		return
+	if t.TimeTick <= a.watermark || t.Term < a.term {
+		return // stale, or from an owner already replaced
 	}
 	a.ticks = append(a.ticks, t)
 	a.applyTicks()
@@ -115,6 +117,9 @@ func (a *Assembler) PushTick(t messages.LiveTick) {
 func (a *Assembler) applyTicks() {
 	kept := a.ticks[:0]
 	for _, t := range a.ticks {
+		if t.Term < a.term {
+			continue
+		}
 		if t.Covers <= a.last {
 			a.advance(t.TimeTick)
 			continue

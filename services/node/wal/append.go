@@ -37,8 +37,9 @@ type appendOp struct {
 	fut      *jetstream.AppendFuture
 	outcome  outcome
 	ids      []messages.MessageID
-	err      error // why it did not land
-	acked    bool  // its TimeTicks were confirmed
+	err      error              // why it did not land
+	acked    bool               // its TimeTicks were confirmed
+	tail     messages.MessageID // the largest MessageID acknowledged when it was stamped
 
 	// Per-interceptor state.
 	lockID uint64
@@ -114,7 +115,15 @@ func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMess
 	}
 	out := make([]*messages.ImmutableMessage, len(op.msgs))
 	for i, m := range op.msgs {
-		out[i] = m.Freeze(ids[i])
+		if ids[i] > op.tail {
+			out[i] = m.Freeze(ids[i])
+			continue
+		}
+		// At or below the tail when it was stamped: the stream deduplicated
+		// it to a message stored before; return that one.
+		if out[i], err = w.cfg.Backend.Get(ctx, w.cfg.PChannel, ids[i]); err != nil {
+			return nil, streamwal.Errorf(streamwal.CodeUnknownOutcome, "%s deduplicated to %d, which cannot be read: %w", m.MsgID(), ids[i], err)
+		}
 	}
 	return out, nil
 }
@@ -148,6 +157,7 @@ func (w *WAL) stamp(op *appendOp) error {
 		op.tts[i] = tt
 		m.SetTimeTick(tt)
 	}
+	op.tail = w.maxAcked
 	// LastConfirmed is taken before the interceptors stamp, so that a
 	// CommitTxn's still counts its own transaction as open.
 	lc := w.maxAcked + 1
@@ -251,6 +261,8 @@ func (w *WAL) validate(op *appendOp) error {
 			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s is never appended", t)
 		case t.Is(messages.FlagSelfControlled) && !op.internal:
 			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s: %w", t, errAppendsOnly)
+		case (op.whole || m.Txn() != nil || t.Is(messages.FlagTxnControl)) && m.MsgID() != "":
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s %d carries message id %q: %w", t, i, m.MsgID(), errTxnMsgID)
 		}
 	}
 	if op.whole {

@@ -2,8 +2,10 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/timetick"
 )
@@ -21,7 +23,11 @@ func (w *WAL) syncLoop() {
 			w.log.Warn().Err(w.w.Err()).Msg("writer stopped")
 			return
 		case <-t.C:
-			if err := w.Sync(context.Background()); err != nil {
+			err := w.Sync(context.Background())
+			if errors.Is(err, streamwal.ErrFenced) {
+				return
+			}
+			if err != nil {
 				w.log.Debug().Err(err).Msg("timetick sync")
 			}
 		}
@@ -60,7 +66,26 @@ func (w *WAL) Sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// An idle WAL learns of a newer owner only by looking. Looking after
+	// drawing the TimeTick is what makes the tick sound: a newer owner
+	// whose barrier lands after the look draws its own TimeTicks later
+	// still, so above this one.
+	if err := w.checkFence(ctx); err != nil {
+		return err
+	}
 	return w.publishLive(messages.LiveTick{PChannel: w.cfg.PChannel, TimeTick: tt, Covers: covers, Term: w.cfg.Term})
+}
+
+// checkFence stops the WAL if a newer owner fenced it.
+func (w *WAL) checkFence(ctx context.Context) error {
+	fenced, err := w.w.Fenced(ctx)
+	if err != nil || !fenced {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failLocked(streamwal.Errorf(streamwal.CodeFenced, "%s under term %d: a newer owner landed its barrier", w.cfg.PChannel, w.cfg.Term))
+	return w.stopped
 }
 
 // appendTick appends a persisted TimeTick message.

@@ -70,16 +70,26 @@ func (txnInterceptor) stamp(w *WAL, op *appendOp) error {
 		return w.txns.Rollback(m.Txn().ID, m.VChannel(), tt)
 	case m.Txn() != nil:
 		return w.txnBody(op, m, tt)
-	case t.Lock.Mode == messages.LockExclusive:
-		v := m.VChannel()
-		if t.Lock.Scope == messages.ScopePChannel {
-			v = streamwal.VChannel{}
-		}
-		if ids := w.txns.Abort(v); len(ids) > 0 {
-			w.log.Debug().Str("type", t.Name).Int("txns", len(ids)).Msg("exclusive append aborted open transactions")
-		}
 	}
 	return nil
+}
+
+// abortCovered ends the open transactions an exclusive append that landed
+// (or may have) covers. It runs at finish, not at stamp: an exclusive
+// append refused or abandoned aborts nothing, and its exclusive lock kept
+// every transaction message it covers from being stamped meanwhile.
+func (w *WAL) abortCovered(m *messages.MutableMessage) {
+	t := m.Type()
+	if t.Lock.Mode != messages.LockExclusive {
+		return
+	}
+	v := m.VChannel()
+	if t.Lock.Scope == messages.ScopePChannel {
+		v = streamwal.VChannel{}
+	}
+	if ids := w.txns.Abort(v); len(ids) > 0 {
+		w.log.Debug().Str("type", t.Name).Int("txns", len(ids)).Msg("exclusive append aborted open transactions")
+	}
 }
 
 // beginTxn opens a session; its TxnID is the BeginTxn's TimeTick.
@@ -120,10 +130,13 @@ func stampWhole(op *appendOp) error {
 }
 
 func (txnInterceptor) finish(w *WAL, op *appendOp, index int) {
+	m := op.msgs[0]
+	if op.stamped > index && (op.outcome == landed || op.outcome == unknown) {
+		w.abortCovered(m)
+	}
 	if op.txnID == 0 || op.whole {
 		return
 	}
-	m := op.msgs[0]
 	if op.stamped <= index {
 		if m.Type() == messages.TypeCommitTxn {
 			w.txns.CancelCommit(op.txnID)

@@ -207,5 +207,13 @@ func (w *WAL) failLocked(err error) {
 	}
 }
 
-// errAppendsOnly refuses what only the WAL itself may append.
-var errAppendsOnly = errors.New("written by the WAL itself")
+// Causes of invalid-argument refusals.
+var (
+	// errAppendsOnly refuses what only the WAL itself may append.
+	errAppendsOnly = errors.New("written by the WAL itself")
+	// errTxnMsgID refuses a caller message ID on a transaction's
+	// messages: they are never retried (a body that may not have landed
+	// aborts its transaction), and a deduplicated one would leave the
+	// transaction without it.
+	errTxnMsgID = errors.New("transaction messages carry no message id")
+)
