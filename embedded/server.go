@@ -257,3 +257,11 @@ func connectHost(host string) string {
 		return "::1"
 	}
 }
+
+// SyncAlways reports whether the server fsyncs every write before it
+// acknowledges it.
+func (s *Server) SyncAlways() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.SyncAlways
+}

@@ -39,6 +39,7 @@ type appendOp struct {
 	ids      []messages.MessageID
 	err      error              // why it did not land
 	acked    bool               // its TimeTicks were confirmed
+	claimed  bool               // its message IDs are registered in flight
 	tail     messages.MessageID // the largest MessageID acknowledged when it was stamped
 
 	// Per-interceptor state.
@@ -157,6 +158,9 @@ func (w *WAL) stamp(op *appendOp) error {
 		op.tts[i] = tt
 		m.SetTimeTick(tt)
 	}
+	if err := w.claimIDs(op); err != nil {
+		return err
+	}
 	op.tail = w.maxAcked
 	// LastConfirmed is taken before the interceptors stamp, so that a
 	// CommitTxn's still counts its own transaction as open.
@@ -196,6 +200,35 @@ func (w *WAL) stamp(op *appendOp) error {
 	return nil
 }
 
+// claimIDs registers op's caller message IDs as in flight; an append
+// whose ID is already in flight is refused (retriable): once the first
+// resolved, a retry returns what it stored.
+func (w *WAL) claimIDs(op *appendOp) error {
+	for i, m := range op.msgs {
+		if id := m.MsgID(); id != "" && w.msgIDs[id] {
+			for _, prev := range op.msgs[:i] {
+				delete(w.msgIDs, prev.MsgID())
+			}
+			return streamwal.Errorf(streamwal.CodeUnavailable, "an append with message id %q is in flight; retry when it resolved", id)
+		} else if id != "" {
+			w.msgIDs[id] = true
+		}
+	}
+	op.claimed = true
+	return nil
+}
+
+// releaseIDs forgets op's message IDs once it resolved.
+func (w *WAL) releaseIDs(op *appendOp) {
+	if !op.claimed {
+		return
+	}
+	for _, m := range op.msgs {
+		delete(w.msgIDs, m.MsgID())
+	}
+	op.claimed = false
+}
+
 // nextTimeTick draws a TimeTick above the floor.
 func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
 	tt, err := w.alloc.Next(context.Background())
@@ -231,6 +264,7 @@ func (w *WAL) resolve(op *appendOp) {
 		w.confirm(op)
 		w.inflight.Done()
 	}
+	w.releaseIDs(op)
 	if op.outcome == landed {
 		w.noteLanded(op)
 	}

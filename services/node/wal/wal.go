@@ -35,6 +35,7 @@ type WAL struct {
 	locks    *lock.Table
 	lockSeq  uint64
 	granted  map[uint64]chan struct{}
+	msgIDs   map[string]bool // caller message IDs in flight
 	txns     *txn.Table
 	life     *lifecycle.Table
 	syncer   *timetick.Syncer

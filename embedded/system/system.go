@@ -1,0 +1,309 @@
+// Package system runs a whole streamwal cluster in one process: an
+// embedded nats-server (see package embedded), coordinators and nodes, each
+// with its own NATS connection, so that tests (and `streamwal serve`) can
+// start, grow, crash and restart members the way a deployment would.
+package system
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/coord"
+	"github.com/streamwal/streamwal/services/node"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// Options configure a System.
+type Options struct {
+	// Cluster is the cluster name (default "local").
+	Cluster streamwal.Cluster
+	// Server is an already running embedded server; nil starts one with
+	// ServerOptions.
+	Server        *embedded.Server
+	ServerOptions embedded.Options
+	// Coordinators and Nodes are how many of each to start (default 1
+	// each); nodes are named node-1, node-2, ...
+	Coordinators int
+	Nodes        int
+	// Coord and Node are templates for every coordinator and node (their
+	// connections, codecs and IDs are filled in).
+	Coord coord.Config
+	Node  node.Config
+	// Logger receives every component's logs (default: none).
+	Logger *zerolog.Logger
+}
+
+// System is an in-process cluster.
+type System struct {
+	opts    Options
+	Server  *embedded.Server
+	Codec   *messages.Codec
+	ownsSrv bool
+
+	mu     sync.Mutex
+	coords []*member[*coord.Coordinator]
+	nodes  map[streamwal.NodeID]*member[*node.Node]
+	nextID int
+	admin  *nats.Conn
+}
+
+// member is a running component with its own connection.
+type member[T any] struct {
+	c  T
+	nc *nats.Conn
+}
+
+// Start starts the server (unless given), the coordinators and the nodes.
+func Start(ctx context.Context, o Options) (*System, error) {
+	if o.Cluster == "" {
+		o.Cluster = "local"
+	}
+	if o.Coordinators <= 0 {
+		o.Coordinators = 1
+	}
+	if o.Nodes < 0 {
+		o.Nodes = 0
+	} else if o.Nodes == 0 {
+		o.Nodes = 1
+	}
+	if o.Logger == nil {
+		nop := zerolog.Nop()
+		o.Logger = &nop
+	}
+	codec, err := messages.NewCodec(o.Cluster, nil)
+	if err != nil {
+		return nil, err
+	}
+	s := &System{opts: o, Server: o.Server, Codec: codec, nodes: map[streamwal.NodeID]*member[*node.Node]{}}
+	if s.Server == nil {
+		if s.Server, err = embedded.Start(o.ServerOptions); err != nil {
+			return nil, err
+		}
+		s.ownsSrv = true
+	}
+	if s.admin, err = s.Server.Connect(nats.Name("streamwal-admin")); err != nil {
+		s.Close()
+		return nil, err
+	}
+	for range o.Coordinators {
+		if _, err := s.AddCoordinator(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	for range o.Nodes {
+		if _, err := s.AddNode(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Conn is a connection for clients and checks, owned by the system.
+func (s *System) Conn() *nats.Conn { return s.admin }
+
+// connect opens a member's connection.
+func (s *System) connect(name string) (*nats.Conn, error) {
+	return s.Server.Connect(nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+}
+
+// AddCoordinator starts one more coordinator (a standby if one is active).
+func (s *System) AddCoordinator(ctx context.Context) (*coord.Coordinator, error) {
+	s.mu.Lock()
+	s.nextID++
+	id := fmt.Sprintf("coord-%d", s.nextID)
+	s.mu.Unlock()
+	nc, err := s.connect(id)
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.opts.Coord
+	cfg.Conn, cfg.Cluster, cfg.ID, cfg.Logger = nc, s.opts.Cluster, id, s.opts.Logger
+	c, err := coord.Start(ctx, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.coords = append(s.coords, &member[*coord.Coordinator]{c: c, nc: nc})
+	s.mu.Unlock()
+	return c, nil
+}
+
+// Coordinators lists the running coordinators.
+func (s *System) Coordinators() []*coord.Coordinator {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*coord.Coordinator, len(s.coords))
+	for i, m := range s.coords {
+		out[i] = m.c
+	}
+	return out
+}
+
+// Active returns the active coordinator, if any.
+func (s *System) Active() (*coord.Coordinator, bool) {
+	for _, c := range s.Coordinators() {
+		if _, ok := c.Active(); ok {
+			return c, true
+		}
+	}
+	return nil, false
+}
+
+// StopCoordinator stops c: gracefully (it gives its lease back), or as a
+// crash (the lease lapses).
+func (s *System) StopCoordinator(c *coord.Coordinator, crash bool) {
+	s.mu.Lock()
+	var m *member[*coord.Coordinator]
+	for i, x := range s.coords {
+		if x.c == c {
+			m = x
+			s.coords = append(s.coords[:i], s.coords[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if m == nil {
+		return
+	}
+	if crash {
+		m.c.Crash()
+	} else {
+		_ = m.c.Close()
+	}
+	m.nc.Close()
+}
+
+// AddNode starts one more node.
+func (s *System) AddNode(ctx context.Context) (*node.Node, error) {
+	s.mu.Lock()
+	s.nextID++
+	id := streamwal.NodeID(fmt.Sprintf("node-%d", s.nextID))
+	s.mu.Unlock()
+	nc, err := s.connect(string(id))
+	if err != nil {
+		return nil, err
+	}
+	cfg := s.opts.Node
+	cfg.Conn, cfg.Codec, cfg.ID, cfg.Logger = nc, s.Codec, id, s.opts.Logger
+	if s.Server.SyncAlways() {
+		cfg.Backend.GroupCommit = true
+	}
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	s.mu.Lock()
+	s.nodes[id] = &member[*node.Node]{c: n, nc: nc}
+	s.mu.Unlock()
+	return n, nil
+}
+
+// Nodes lists the running nodes.
+func (s *System) Nodes() []*node.Node {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*node.Node, 0, len(s.nodes))
+	for _, m := range s.nodes {
+		out = append(out, m.c)
+	}
+	return out
+}
+
+// StopNode stops a node: gracefully (goodbye, WALs closed), or as a crash
+// (its connection dropped, nothing said).
+func (s *System) StopNode(id streamwal.NodeID, crash bool) {
+	s.mu.Lock()
+	m := s.nodes[id]
+	delete(s.nodes, id)
+	s.mu.Unlock()
+	if m == nil {
+		return
+	}
+	if crash {
+		m.nc.Close()
+		m.c.Crash()
+	} else {
+		_ = m.c.Close()
+		m.nc.Close()
+	}
+}
+
+// View asks the active coordinator for the assignment view.
+func (s *System) View(ctx context.Context) (wire.View, error) {
+	var v wire.View
+	err := wire.Call(ctx, s.admin, s.opts.Cluster.CoordSubject(streamwal.CoordStatus), struct{}{}, &v)
+	return v, err
+}
+
+// WaitServing waits until every PChannel is ASSIGNED to a live node and,
+// if balanced, until no node has more than one PChannel more than another.
+func (s *System) WaitServing(ctx context.Context, balanced bool) (wire.View, error) {
+	for {
+		v, err := s.View(ctx)
+		if err == nil && serving(v, balanced) {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("cluster not serving (last view %+v, err %v): %w", v, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// serving reports whether every channel is assigned (and balanced).
+func serving(v wire.View, balanced bool) bool {
+	if len(v.Channels) == 0 || len(v.Nodes) == 0 {
+		return false
+	}
+	count := map[string]int{}
+	for _, n := range v.Nodes {
+		count[n] = 0
+	}
+	for _, a := range v.Channels {
+		if a.State != wire.Assigned {
+			return false
+		}
+		if _, ok := count[a.Node]; !ok {
+			return false
+		}
+		count[a.Node]++
+	}
+	if !balanced {
+		return true
+	}
+	lo, hi := len(v.Channels), 0
+	for _, c := range count {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	return hi-lo <= 1
+}
+
+// Close stops the nodes, the coordinators and (if it started it) the
+// server.
+func (s *System) Close() {
+	for _, n := range s.Nodes() {
+		s.StopNode(n.ID(), false)
+	}
+	for _, c := range s.Coordinators() {
+		s.StopCoordinator(c, false)
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
+	if s.ownsSrv && s.Server != nil {
+		s.Server.Shutdown()
+	}
+}

@@ -1,0 +1,533 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/services/coord/balance"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// member is a live node as the coordinator sees it.
+type member struct {
+	session  string
+	lastSeen time.Time
+}
+
+// nodeEvent is a change in the nodes bucket (record nil: deleted).
+type nodeEvent struct {
+	id     streamwal.NodeID
+	record *wire.NodeRecord
+}
+
+// opResult is the end of an assignment operation.
+type opResult struct {
+	pchannel string
+	node     string
+	term     uint64
+	err      error
+}
+
+// control is the coordinator's state machine of membership, assignment
+// and VChannel allocation. Only its loop goroutine touches its state;
+// handlers hand it closures through calls.
+type control struct {
+	t         *term
+	assign    *store
+	vchan     *store
+	nodes     map[streamwal.NodeID]*member
+	channels  []*wire.Assignment
+	byName    map[string]*wire.Assignment
+	busy      map[string]bool
+	alloc     wire.Collections
+	view      wire.View
+	events    chan nodeEvent
+	results   chan opResult
+	calls     chan func()
+	rebalance bool
+}
+
+// newControl loads and fences the persisted state.
+func newControl(ctx context.Context, t *term) (*control, error) {
+	c := t.c
+	ctl := &control{t: t, assign: newStore(c.buckets[streamwal.BucketAssignments]), vchan: newStore(c.buckets[streamwal.BucketVChannels]),
+		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]bool{},
+		events: make(chan nodeEvent, 64), results: make(chan opResult, 64), calls: make(chan func())}
+	if _, err := ctl.assign.load(ctx, streamwal.KeyView, &ctl.view); err != nil {
+		return nil, err
+	}
+	names, err := ctl.pchannelNames()
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range names {
+		if err := ctl.loadChannel(ctx, name); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctl.loadAllocation(ctx, names[0]); err != nil {
+		return nil, err
+	}
+	ctl.view.Epoch = t.epoch
+	ctl.view.Leader = c.cfg.ID
+	if err := ctl.publish(ctx); err != nil {
+		return nil, err
+	}
+	return ctl, nil
+}
+
+// pchannelNames are the cluster's PChannels: the persisted view's, or the
+// configured ones for a new cluster.
+func (ctl *control) pchannelNames() ([]string, error) {
+	if len(ctl.view.Channels) > 0 {
+		var out []string
+		for _, a := range ctl.view.Channels {
+			out = append(out, a.PChannel)
+		}
+		return out, nil
+	}
+	ps, err := streamwal.PChannels(ctl.t.c.cfg.Prefix, ctl.t.c.cfg.PChannels)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out, nil
+}
+
+// loadChannel loads and fences one PChannel's assignment.
+func (ctl *control) loadChannel(ctx context.Context, name string) error {
+	p, err := streamwal.ParsePChannel(name)
+	if err != nil {
+		return err
+	}
+	a := &wire.Assignment{PChannel: name, State: wire.Uninitialized}
+	if _, err := ctl.assign.load(ctx, streamwal.AssignmentKey(p), a); err != nil {
+		return err
+	}
+	a.Epoch = ctl.t.epoch
+	if err := ctl.assign.put(ctx, streamwal.AssignmentKey(p), a); err != nil {
+		return err
+	}
+	ctl.channels = append(ctl.channels, a)
+	ctl.byName[name] = a
+	return nil
+}
+
+// loadAllocation loads and fences the VChannel allocation, placing the
+// CChannel on the first PChannel when the cluster is new.
+func (ctl *control) loadAllocation(ctx context.Context, first string) error {
+	if _, err := ctl.vchan.load(ctx, streamwal.KeyCollections, &ctl.alloc); err != nil {
+		return err
+	}
+	if ctl.alloc.CChannel == "" {
+		p, err := streamwal.ParsePChannel(first)
+		if err != nil {
+			return err
+		}
+		ctl.alloc.CChannel = p.CChannel().String()
+	}
+	if ctl.alloc.Collections == nil {
+		ctl.alloc.Collections = map[string][]string{}
+	}
+	ctl.alloc.Epoch = ctl.t.epoch
+	if err := ctl.vchan.put(ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
+		return err
+	}
+	ctl.countVChannels()
+	return nil
+}
+
+// countVChannels recomputes each PChannel's VChannel count.
+func (ctl *control) countVChannels() {
+	for _, a := range ctl.channels {
+		a.VChannels = 0
+	}
+	for _, vs := range ctl.alloc.Collections {
+		for _, name := range vs {
+			if v, err := streamwal.ParseVChannel(name); err == nil {
+				if a := ctl.byName[v.PChannel().String()]; a != nil {
+					a.VChannels++
+				}
+			}
+		}
+	}
+}
+
+// publish writes the view.
+func (ctl *control) publish(ctx context.Context) error {
+	v := &ctl.view
+	v.Version++
+	v.CChannel = ctl.alloc.CChannel
+	v.Channels = v.Channels[:0]
+	for _, a := range ctl.channels {
+		v.Channels = append(v.Channels, *a)
+	}
+	v.Nodes = v.Nodes[:0]
+	for id := range ctl.nodes {
+		v.Nodes = append(v.Nodes, string(id))
+	}
+	slices.Sort(v.Nodes)
+	return ctl.assign.put(ctx, streamwal.KeyView, v)
+}
+
+// run is the loop: membership events, health checks, balance rounds,
+// operation results and calls from handlers.
+func (ctl *control) run() {
+	cfg := ctl.t.c.cfg
+	health := time.NewTicker(cfg.NodeTTL / 4)
+	defer health.Stop()
+	bal := time.NewTicker(cfg.BalanceInterval)
+	defer bal.Stop()
+	for {
+		select {
+		case <-ctl.t.ctx.Done():
+			return
+		case ev := <-ctl.events:
+			ctl.onNode(ev)
+		case <-health.C:
+			ctl.checkHealth()
+		case <-bal.C:
+			ctl.rebalance = true
+		case r := <-ctl.results:
+			ctl.onResult(r)
+		case f := <-ctl.calls:
+			f()
+		}
+		ctl.schedule()
+	}
+}
+
+// call runs f in the loop and waits for it.
+func (ctl *control) call(ctx context.Context, f func()) error {
+	done := make(chan struct{})
+	select {
+	case ctl.calls <- func() { f(); close(done) }:
+	case <-ctx.Done():
+		return streamwal.Errorf(streamwal.CodeUnavailable, "coordinator busy: %v", ctx.Err())
+	}
+	<-done
+	return nil
+}
+
+// onNode applies a membership event.
+func (ctl *control) onNode(ev nodeEvent) {
+	m := ctl.nodes[ev.id]
+	switch {
+	case ev.record == nil:
+		if m != nil {
+			ctl.t.log.Info().Str("node", string(ev.id)).Msg("node left")
+			ctl.lose(ev.id)
+		}
+	case m == nil:
+		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node joined")
+		ctl.nodes[ev.id] = &member{session: ev.record.Session, lastSeen: time.Now()}
+		ctl.rebalance = true
+	case m.session != ev.record.Session:
+		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node restarted")
+		ctl.lose(ev.id)
+		ctl.nodes[ev.id] = &member{session: ev.record.Session, lastSeen: time.Now()}
+		ctl.rebalance = true
+	default:
+		m.lastSeen = time.Now()
+	}
+}
+
+// checkHealth declares dead the nodes unheard for NodeTTL.
+func (ctl *control) checkHealth() {
+	for id, m := range ctl.nodes {
+		if time.Since(m.lastSeen) > ctl.t.c.cfg.NodeTTL {
+			ctl.t.log.Warn().Str("node", string(id)).Msg("node dead")
+			ctl.lose(id)
+		}
+	}
+}
+
+// lose removes a node and makes its PChannels UNAVAILABLE.
+func (ctl *control) lose(id streamwal.NodeID) {
+	delete(ctl.nodes, id)
+	for _, a := range ctl.channels {
+		if a.Node == string(id) && !ctl.busy[a.PChannel] {
+			ctl.setState(a, "", wire.Unavailable)
+		}
+	}
+	ctl.rebalance = true
+	ctl.save(nil)
+}
+
+// setState changes an assignment in memory and persists it.
+func (ctl *control) setState(a *wire.Assignment, node string, s wire.State) {
+	a.Node, a.State = node, s
+	p, _ := streamwal.ParsePChannel(a.PChannel)
+	ctl.save(ctl.assign.put(ctl.t.ctx, streamwal.AssignmentKey(p), a))
+}
+
+// save handles the outcome of a persisted change, publishing the view.
+func (ctl *control) save(err error) {
+	if err == nil {
+		err = ctl.publish(ctl.t.ctx)
+	}
+	if errors.Is(err, errDeposed) {
+		ctl.t.depose()
+	} else if err != nil {
+		ctl.t.log.Error().Err(err).Msg("persist")
+	}
+}
+
+// schedule assigns every PChannel without a live owner and, when a
+// rebalance is due, moves PChannels for balance.
+func (ctl *control) schedule() {
+	if ctl.t.isDeposed() || len(ctl.nodes) == 0 {
+		return
+	}
+	var nodes []balance.Node
+	for id := range ctl.nodes {
+		nodes = append(nodes, balance.Node{ID: id})
+	}
+	var chans []balance.Channel
+	for _, a := range ctl.channels {
+		p, _ := streamwal.ParsePChannel(a.PChannel)
+		chans = append(chans, balance.Channel{PChannel: p, Owner: streamwal.NodeID(a.Node), VChannels: a.VChannels})
+	}
+	rebalance := ctl.rebalance
+	ctl.rebalance = false
+	for _, mv := range ctl.t.c.cfg.Policy.Plan(nodes, chans) {
+		name := mv.PChannel.String()
+		if ctl.busy[name] || mv.From != "" && !rebalance {
+			continue
+		}
+		ctl.start(ctl.byName[name], mv.From, mv.To)
+	}
+}
+
+// start begins an assignment: the next term is persisted as ASSIGNING
+// before the node hears of it.
+func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
+	oldTerm := a.Term
+	a.Term++
+	ctl.setState(a, string(to), wire.Assigning)
+	if ctl.t.isDeposed() {
+		return
+	}
+	ctl.busy[a.PChannel] = true
+	ctl.t.log.Info().Str("pchannel", a.PChannel).Str("from", string(from)).Str("to", string(to)).Uint64("term", a.Term).Msg("assign")
+	req := wire.OpenRequest{PChannel: a.PChannel, Term: a.Term}
+	ctl.t.wg.Add(1)
+	go func() {
+		defer ctl.t.wg.Done()
+		ctl.results <- ctl.assignOn(from, to, oldTerm, req)
+	}()
+}
+
+// assignOn closes the WAL on the old owner (if it is still alive; its
+// barrier fences it anyway) and opens it on the new one.
+func (ctl *control) assignOn(from, to streamwal.NodeID, oldTerm uint64, req wire.OpenRequest) opResult {
+	cfg := ctl.t.c.cfg
+	nc := cfg.Conn
+	if from != "" {
+		ctx, cancel := context.WithTimeout(ctl.t.ctx, 3*time.Second)
+		err := wire.Call(ctx, nc, cfg.Cluster.NodeSubject(from, streamwal.NodeClose), wire.CloseRequest{PChannel: req.PChannel, Term: oldTerm}, nil)
+		cancel()
+		if err != nil {
+			ctl.t.log.Debug().Err(err).Str("pchannel", req.PChannel).Msg("close on the old owner")
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctl.t.ctx, cfg.OpenTimeout)
+	defer cancel()
+	err := wire.Call(ctx, nc, cfg.Cluster.NodeSubject(to, streamwal.NodeOpen), req, nil)
+	return opResult{pchannel: req.PChannel, node: string(to), term: req.Term, err: err}
+}
+
+// onResult completes an assignment.
+func (ctl *control) onResult(r opResult) {
+	delete(ctl.busy, r.pchannel)
+	a := ctl.byName[r.pchannel]
+	if a == nil || a.Term != r.term || a.Node != r.node {
+		return
+	}
+	if r.err != nil {
+		ctl.t.log.Warn().Err(r.err).Str("pchannel", r.pchannel).Str("node", r.node).Msg("assignment failed")
+		ctl.setState(a, "", wire.Unavailable)
+		return
+	}
+	if _, alive := ctl.nodes[streamwal.NodeID(r.node)]; !alive {
+		ctl.setState(a, "", wire.Unavailable)
+		return
+	}
+	ctl.setState(a, r.node, wire.Assigned)
+	// A round moves at most MaxMoves PChannels: go on until the plan is
+	// empty (the policy's tolerance keeps it from flapping).
+	ctl.rebalance = true
+}
+
+// watchNodes feeds membership events to the loop.
+func (ctl *control) watchNodes() {
+	kv := ctl.t.c.buckets[streamwal.BucketNodes]
+	w, err := kv.WatchAll(ctl.t.ctx)
+	if err != nil {
+		ctl.t.log.Error().Err(err).Msg("watch nodes")
+		return
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctl.t.ctx.Done():
+			return
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				continue
+			}
+			ev, ok := decodeNodeEvent(e)
+			if !ok {
+				continue
+			}
+			select {
+			case ctl.events <- ev:
+			case <-ctl.t.ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+// decodeNodeEvent reads a nodes-bucket entry.
+func decodeNodeEvent(e njs.KeyValueEntry) (nodeEvent, bool) {
+	var rec wire.NodeRecord
+	if e.Operation() == njs.KeyValuePut {
+		if err := wire.Decode(e.Value(), &rec); err != nil {
+			return nodeEvent{}, false
+		}
+		id, err := streamwal.ParseNodeID(rec.Node)
+		if err != nil {
+			return nodeEvent{}, false
+		}
+		return nodeEvent{id: id, record: &rec}, true
+	}
+	const prefix = "node."
+	key := e.Key()
+	if len(key) <= len(prefix) {
+		return nodeEvent{}, false
+	}
+	id, err := streamwal.ParseNodeID(key[len(prefix):])
+	if err != nil {
+		return nodeEvent{}, false
+	}
+	return nodeEvent{id: id}, true
+}
+
+// handleAllocate places a new collection's VChannels on the PChannels
+// with the fewest, or returns the ones it already has.
+func (ctl *control) handleAllocate(ctx context.Context, data []byte) (any, error) {
+	var req wire.AllocateRequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	if req.CollectionID <= 0 || req.Shards <= 0 || req.Shards > len(ctl.channels) {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "allocate collection %d with %d shards: want a positive id and 1 to %d shards", req.CollectionID, req.Shards, len(ctl.channels))
+	}
+	var reply wire.AllocateReply
+	var err error
+	if cerr := ctl.call(ctx, func() { reply, err = ctl.allocate(req) }); cerr != nil {
+		return nil, cerr
+	}
+	return reply, err
+}
+
+// allocate runs in the loop.
+func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, error) {
+	key := strconv.FormatInt(req.CollectionID, 10)
+	if vs, ok := ctl.alloc.Collections[key]; ok {
+		return wire.AllocateReply{VChannels: vs}, nil
+	}
+	order := slices.Clone(ctl.channels)
+	slices.SortStableFunc(order, func(a, b *wire.Assignment) int { return a.VChannels - b.VChannels })
+	var vs []string
+	for shard := range req.Shards {
+		p, err := streamwal.ParsePChannel(order[shard].PChannel)
+		if err != nil {
+			return wire.AllocateReply{}, err
+		}
+		v, err := p.VChannel(req.CollectionID, shard)
+		if err != nil {
+			return wire.AllocateReply{}, err
+		}
+		vs = append(vs, v.String())
+	}
+	ctl.alloc.Collections[key] = vs
+	if err := ctl.vchan.put(ctl.t.ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
+		delete(ctl.alloc.Collections, key)
+		ctl.save(err)
+		return wire.AllocateReply{}, err
+	}
+	ctl.countVChannels()
+	ctl.save(nil)
+	return wire.AllocateReply{VChannels: vs}, nil
+}
+
+// handleRelease forgets a dropped collection's VChannels.
+func (ctl *control) handleRelease(ctx context.Context, data []byte) (any, error) {
+	var req wire.ReleaseRequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	var err error
+	if cerr := ctl.call(ctx, func() { err = ctl.release(req.CollectionID) }); cerr != nil {
+		return nil, cerr
+	}
+	return nil, err
+}
+
+// release runs in the loop; releasing an unknown collection is a no-op.
+func (ctl *control) release(id int64) error {
+	key := strconv.FormatInt(id, 10)
+	vs, ok := ctl.alloc.Collections[key]
+	if !ok {
+		return nil
+	}
+	delete(ctl.alloc.Collections, key)
+	if err := ctl.vchan.put(ctl.t.ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
+		ctl.alloc.Collections[key] = vs
+		ctl.save(err)
+		return err
+	}
+	ctl.countVChannels()
+	ctl.save(nil)
+	return nil
+}
+
+// handleBalance runs a balance round now and returns the view.
+func (ctl *control) handleBalance(ctx context.Context, _ []byte) (any, error) {
+	var v wire.View
+	if err := ctl.call(ctx, func() { ctl.rebalance = true; ctl.schedule(); v = ctl.snapshot() }); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// handleStatus returns the view.
+func (ctl *control) handleStatus(ctx context.Context, _ []byte) (any, error) {
+	var v wire.View
+	if err := ctl.call(ctx, func() { v = ctl.snapshot() }); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// snapshot copies the view.
+func (ctl *control) snapshot() wire.View {
+	v := ctl.view
+	v.Channels = slices.Clone(v.Channels)
+	v.Nodes = slices.Clone(v.Nodes)
+	return v
+}

@@ -1,0 +1,306 @@
+// Package coord is the StreamingCoord (DESIGN.md §3): any number of
+// coordinator processes, of which exactly one is active.
+//
+// # Leadership
+//
+// The active coordinator holds a lease: a key created in the leader bucket,
+// whose entries expire after LeaseTTL, and renewed (compare-and-set) every
+// LeaseTTL/3. The revision that created it is the coordinator's epoch. A
+// standby tries to create the key at the same pace and takes over once the
+// lease lapsed. On taking over, a coordinator rewrites every key it owns
+// (the TSO bound, each PChannel's assignment, the view, the VChannel
+// allocation) with compare-and-set under its epoch; every write after that
+// is compare-and-set too, so a deposed coordinator's writes are refused.
+// A coordinator whose renewal or write is refused steps down at once.
+//
+// # TSO
+//
+// TimeTicks follow the clock and are handed out in batches over request
+// reply. The oracle persists an upper bound a few seconds ahead before it
+// hands out anything above it, and a new active coordinator starts above
+// the persisted bound: TimeTicks never go backwards across restarts and
+// takeovers, even if a clock steps back.
+//
+// # Membership and assignment
+//
+// Nodes register and heartbeat in the nodes bucket; the coordinator watches
+// it and declares a node dead when it has not heard from it for NodeTTL.
+// Each PChannel moves through UNINITIALIZED → ASSIGNING → ASSIGNED →
+// UNAVAILABLE → ASSIGNING: assigning persists the next term before the
+// node is told; the node opens the WAL (barrier, replay) and confirms; only
+// then is the PChannel ASSIGNED. A dead node's PChannels become
+// UNAVAILABLE and are reassigned; the balance policy (package balance)
+// runs on node join and leave, on a timer and on demand, and a move closes
+// the WAL on the old node before the new node opens it (the barrier fences
+// the old node even if it did not hear). Every change is published in the
+// versioned view (KeyView), which clients and operators can watch.
+package coord
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/services/coord/balance"
+)
+
+// Defaults.
+const (
+	DefaultPChannels       = 16
+	DefaultPrefix          = "pchan"
+	DefaultLeaseTTL        = 3 * time.Second
+	DefaultNodeTTL         = time.Second
+	DefaultBalanceInterval = time.Minute
+	DefaultOpenTimeout     = 10 * time.Second
+)
+
+// Config configures a coordinator.
+type Config struct {
+	// Conn is the NATS connection; Cluster the cluster name. Required.
+	Conn    *nats.Conn
+	Cluster streamwal.Cluster
+	// ID identifies this coordinator process (default: a random one).
+	ID string
+	// PChannels and Prefix shape the cluster when it is first created
+	// (default 16 PChannels "pchan-0" …); afterwards the persisted
+	// assignments rule.
+	PChannels int
+	Prefix    string
+	// Replicas of the buckets (default 1; 3 on a NATS cluster).
+	Replicas int
+	// LeaseTTL is how long the lease outlives its holder (default 3 s).
+	LeaseTTL time.Duration
+	// NodeTTL is how long a node may go unheard before it is dead
+	// (default 1 s; nodes heartbeat every NodeTTL/4).
+	NodeTTL time.Duration
+	// BalanceInterval is the period of the balance timer (default 1 min).
+	BalanceInterval time.Duration
+	// OpenTimeout bounds a node's opening of a WAL (default 10 s).
+	OpenTimeout time.Duration
+	// Policy is the balance policy (default balance.DefaultPolicy()).
+	Policy *balance.Policy
+	// Logger receives the coordinator's logs (default: none).
+	Logger *zerolog.Logger
+}
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Conn == nil || c.Cluster == "" {
+		return c, streamwal.Errorf(streamwal.CodeInvalidArgument, "coordinator needs a connection and a cluster")
+	}
+	if c.ID == "" {
+		c.ID = "coord-" + nuid.Next()
+	}
+	if c.PChannels <= 0 {
+		c.PChannels = DefaultPChannels
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.NodeTTL <= 0 {
+		c.NodeTTL = DefaultNodeTTL
+	}
+	if c.BalanceInterval <= 0 {
+		c.BalanceInterval = DefaultBalanceInterval
+	}
+	if c.OpenTimeout <= 0 {
+		c.OpenTimeout = DefaultOpenTimeout
+	}
+	if c.Policy == nil {
+		p := balance.DefaultPolicy()
+		c.Policy = &p
+	}
+	if err := c.Policy.Validate(); err != nil {
+		return c, err
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c, nil
+}
+
+// Coordinator is one coordinator process, active or standby.
+type Coordinator struct {
+	cfg     Config
+	log     zerolog.Logger
+	js      njs.JetStream
+	buckets map[streamwal.Bucket]njs.KeyValue
+
+	mu       sync.Mutex
+	active   *term // nil while standby
+	crashed  bool  // stop without giving the lease back
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+}
+
+// Start provisions the cluster's buckets and starts campaigning for the
+// lease.
+func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	js, err := njs.New(cfg.Conn)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "jetstream: %v", err)
+	}
+	c := &Coordinator{cfg: cfg, js: js, stop: make(chan struct{}), done: make(chan struct{}),
+		log: cfg.Logger.With().Str("component", "coord").Str("coord", cfg.ID).Logger()}
+	if c.buckets, err = Provision(ctx, js, cfg.Cluster, cfg.Replicas, cfg.LeaseTTL); err != nil {
+		return nil, err
+	}
+	go c.campaign()
+	return c, nil
+}
+
+// Provision creates the cluster's KV buckets if they do not exist (every
+// coordinator does at start; nodes only open them).
+func Provision(ctx context.Context, js njs.JetStream, c streamwal.Cluster, replicas int, leaseTTL time.Duration) (map[streamwal.Bucket]njs.KeyValue, error) {
+	out := map[streamwal.Bucket]njs.KeyValue{}
+	for _, b := range streamwal.Buckets {
+		cfg := njs.KeyValueConfig{Bucket: c.BucketName(b), History: 1, Replicas: replicas, Storage: njs.FileStorage}
+		switch b {
+		case streamwal.BucketLeader:
+			cfg.TTL = leaseTTL
+		case streamwal.BucketNodes:
+			cfg.TTL = time.Hour // registrations of nodes long gone age out
+		}
+		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		if err != nil {
+			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "provision bucket %s: %v", cfg.Bucket, err)
+		}
+		out[b] = kv
+	}
+	return out, nil
+}
+
+// ID is this coordinator's identity.
+func (c *Coordinator) ID() string { return c.cfg.ID }
+
+// Active reports whether this coordinator holds the lease, and its epoch.
+func (c *Coordinator) Active() (uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.active == nil {
+		return 0, false
+	}
+	return c.active.epoch, true
+}
+
+// Close stops the coordinator; an active one gives up its lease so that a
+// standby takes over without waiting for it to lapse.
+func (c *Coordinator) Close() error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	<-c.done
+	return nil
+}
+
+// Crash stops the coordinator as a crash would, for tests and chaos: it
+// does not give its lease back, so a standby takes over only once the
+// lease lapses.
+func (c *Coordinator) Crash() {
+	c.mu.Lock()
+	c.crashed = true
+	c.mu.Unlock()
+	_ = c.Close()
+}
+
+// campaign holds or seeks the lease until the coordinator stops.
+func (c *Coordinator) campaign() {
+	defer close(c.done)
+	tick := time.NewTicker(c.cfg.LeaseTTL / 3)
+	defer tick.Stop()
+	var rev uint64
+	for {
+		rev = c.leaseRound(rev)
+		select {
+		case <-c.stop:
+			c.stepDown()
+			c.mu.Lock()
+			crashed := c.crashed
+			c.mu.Unlock()
+			if rev != 0 && !crashed {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = c.buckets[streamwal.BucketLeader].Delete(ctx, streamwal.KeyLeader, njs.LastRevision(rev))
+				cancel()
+			}
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// leaseRound renews the lease (rev > 0) or tries to take it, and returns
+// the lease's revision (zero when not held).
+func (c *Coordinator) leaseRound(rev uint64) uint64 {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL/3)
+	defer cancel()
+	kv := c.buckets[streamwal.BucketLeader]
+	if rev != 0 {
+		next, err := kv.Update(ctx, streamwal.KeyLeader, []byte(c.cfg.ID), rev)
+		if err == nil && !c.isDeposed() {
+			return next
+		}
+		c.log.Warn().Err(err).Msg("lease lost; stepping down")
+		c.stepDown()
+		return 0
+	}
+	created, err := kv.Create(ctx, streamwal.KeyLeader, []byte(c.cfg.ID))
+	if err != nil {
+		return 0
+	}
+	if err := c.takeOver(created); err != nil {
+		c.log.Error().Err(err).Msg("take over failed; giving the lease back")
+		_ = kv.Delete(ctx, streamwal.KeyLeader, njs.LastRevision(created))
+		return 0
+	}
+	return created
+}
+
+// isDeposed reports whether the active term noticed a refused write.
+func (c *Coordinator) isDeposed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.active == nil || c.active.isDeposed()
+}
+
+// takeOver becomes the active coordinator under epoch.
+func (c *Coordinator) takeOver(epoch uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	t, err := startTerm(ctx, c, epoch)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.active = t
+	c.mu.Unlock()
+	c.log.Info().Uint64("epoch", epoch).Msg("active")
+	return nil
+}
+
+// stepDown stops the active term, if any.
+func (c *Coordinator) stepDown() {
+	c.mu.Lock()
+	t := c.active
+	c.active = nil
+	c.mu.Unlock()
+	if t != nil {
+		t.close()
+		c.log.Info().Uint64("epoch", t.epoch).Msg("standby")
+	}
+}

@@ -1,0 +1,158 @@
+package coord
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// term is one epoch of an active coordinator: the oracle, the request
+// handlers and the control loop, all stopped together when it ends.
+type term struct {
+	c       *Coordinator
+	epoch   uint64
+	log     zerolog.Logger
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	deposed atomic.Bool
+	subs    []*nats.Subscription
+
+	tsoMu    sync.Mutex
+	tso      *oracle
+	tsoStore *store
+
+	ctl *control
+}
+
+// tsoRecord is the persisted bound of the oracle.
+type tsoRecord struct {
+	Bound messages.TimeTick `json:"bound"`
+	Epoch uint64            `json:"epoch"`
+}
+
+// startTerm takes over under epoch: it fences every key with a rewrite
+// under the epoch, then starts the handlers and the control loop.
+func startTerm(ctx context.Context, c *Coordinator, epoch uint64) (*term, error) {
+	t := &term{c: c, epoch: epoch, log: c.log.With().Uint64("epoch", epoch).Logger(),
+		tsoStore: newStore(c.buckets[streamwal.BucketTSO])}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if err := t.startOracle(ctx); err != nil {
+		t.cancel()
+		return nil, err
+	}
+	ctl, err := newControl(ctx, t)
+	if err != nil {
+		t.cancel()
+		return nil, err
+	}
+	t.ctl = ctl
+	if err := t.subscribe(); err != nil {
+		t.close()
+		return nil, err
+	}
+	t.wg.Add(2)
+	go func() { defer t.wg.Done(); ctl.run() }()
+	go func() { defer t.wg.Done(); ctl.watchNodes() }()
+	return t, nil
+}
+
+// startOracle starts above the persisted bound and persists a new one.
+func (t *term) startOracle(ctx context.Context) error {
+	var rec tsoRecord
+	if _, err := t.tsoStore.load(ctx, streamwal.KeyTSOBound, &rec); err != nil {
+		return err
+	}
+	t.tso = newOracle(rec.Bound)
+	_, last, bound, err := t.tso.reserve(time.Now(), 1)
+	if err != nil {
+		return err
+	}
+	if err := t.tsoStore.put(ctx, streamwal.KeyTSOBound, tsoRecord{Bound: bound, Epoch: t.epoch}); err != nil {
+		return err
+	}
+	t.tso.commit(last, bound)
+	return nil
+}
+
+// subscribe serves the coordinator's request subjects.
+func (t *term) subscribe() error {
+	cl := t.c.cfg.Cluster
+	for op, h := range map[streamwal.CoordOp]wire.Handler{
+		streamwal.CoordTSO:      t.handleTSO,
+		streamwal.CoordAllocate: t.ctl.handleAllocate,
+		streamwal.CoordRelease:  t.ctl.handleRelease,
+		streamwal.CoordBalance:  t.ctl.handleBalance,
+		streamwal.CoordStatus:   t.ctl.handleStatus,
+	} {
+		sub, err := t.c.cfg.Conn.Subscribe(cl.CoordSubject(op), t.serve(h))
+		if err != nil {
+			return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe %s: %v", op, err)
+		}
+		t.subs = append(t.subs, sub)
+	}
+	return nil
+}
+
+// serve adapts a handler to a subscription.
+func (t *term) serve(h wire.Handler) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		body, err := h(t.ctx, m.Data)
+		if errors.Is(err, errDeposed) {
+			t.depose()
+		}
+		if rerr := wire.Respond(m, body, err); rerr != nil {
+			t.log.Debug().Err(rerr).Msg("reply")
+		}
+	}
+}
+
+// handleTSO hands out TimeTicks, persisting the bound ahead of them.
+func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
+	var req wire.TSORequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	t.tsoMu.Lock()
+	defer t.tsoMu.Unlock()
+	first, last, bound, err := t.tso.reserve(time.Now(), req.Count)
+	if err != nil {
+		return nil, err
+	}
+	if bound != 0 {
+		if err := t.tsoStore.put(ctx, streamwal.KeyTSOBound, tsoRecord{Bound: bound, Epoch: t.epoch}); err != nil {
+			return nil, err
+		}
+	}
+	t.tso.commit(last, bound)
+	return wire.TSOReply{First: first}, nil
+}
+
+// depose marks the term as refused by the store; the campaign steps down
+// at its next round.
+func (t *term) depose() {
+	if !t.deposed.Swap(true) {
+		t.log.Warn().Msg("a write was refused: another coordinator is active")
+	}
+}
+
+// isDeposed reports whether a write was refused.
+func (t *term) isDeposed() bool { return t.deposed.Load() }
+
+// close stops everything the term started.
+func (t *term) close() {
+	for _, s := range t.subs {
+		_ = s.Unsubscribe()
+	}
+	t.cancel()
+	t.wg.Wait()
+}

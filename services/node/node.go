@@ -1,0 +1,314 @@
+// Package node is the StreamingNode service (DESIGN.md §3): it registers
+// and heartbeats in the nodes bucket, opens and closes PChannel WALs (see
+// package wal) when the coordinator assigns and unassigns them, and serves
+// append requests for the PChannels it owns on their append subjects, so
+// that a client reaches the owner without knowing it.
+//
+// A node answers a PChannel's append subject only while it holds the WAL.
+// Appends of one request are independent and ordered as listed; each gets
+// its own result. When a WAL is fenced by a newer owner the node drops the
+// channel at once. Close is graceful: the node stops taking appends,
+// finishes those in flight, closes its WALs within a bounded time and
+// says goodbye (deletes its registration), so the coordinator reassigns
+// its PChannels without waiting for its heartbeat to lapse.
+package node
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/wal"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// Defaults.
+const (
+	DefaultHeartbeat   = 250 * time.Millisecond
+	DefaultCloseBudget = 3 * time.Second
+	// maxRequests bounds the append requests served at once.
+	maxRequests = 1024
+)
+
+// Config configures a node.
+type Config struct {
+	// Conn is the NATS connection, Codec the cluster's codec, ID the
+	// node's identity. Required.
+	Conn  *nats.Conn
+	Codec *messages.Codec
+	ID    streamwal.NodeID
+	// Backend configures the WAL streams (replicas, group commit, ...).
+	Backend jetstream.Options
+	// Heartbeat is the period of the node's heartbeat (default 250 ms;
+	// the coordinator's NodeTTL should be about four of them).
+	Heartbeat time.Duration
+	// SyncInterval is the WALs' TimeTick sync period (default 200 ms).
+	SyncInterval time.Duration
+	// CloseBudget bounds a graceful close (default 3 s).
+	CloseBudget time.Duration
+	// Logger receives the node's logs (default: none).
+	Logger *zerolog.Logger
+}
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Conn == nil || c.Codec == nil || c.ID == "" {
+		return c, streamwal.Errorf(streamwal.CodeInvalidArgument, "node needs a connection, a codec and an id")
+	}
+	if _, err := streamwal.ParseNodeID(string(c.ID)); err != nil {
+		return c, err
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.CloseBudget <= 0 {
+		c.CloseBudget = DefaultCloseBudget
+	}
+	if c.Logger == nil {
+		nop := zerolog.Nop()
+		c.Logger = &nop
+	}
+	return c, nil
+}
+
+// Node is one StreamingNode.
+type Node struct {
+	cfg     Config
+	log     zerolog.Logger
+	session string
+	be      *jetstream.JetStream
+	nodes   njs.KeyValue
+	oracle  *remoteOracle
+
+	mu       sync.Mutex
+	channels map[streamwal.PChannel]*channel
+	opLocks  map[streamwal.PChannel]*sync.Mutex
+	subs     []*nats.Subscription
+	closing  bool
+
+	requests chan struct{} // semaphore of append requests
+	inflight sync.WaitGroup
+	stop     chan struct{}
+	loops    sync.WaitGroup
+	once     sync.Once
+}
+
+// channel is one PChannel the node serves.
+type channel struct {
+	wal *wal.WAL
+	sub *nats.Subscription
+}
+
+// Start registers the node and starts serving the coordinator's requests.
+func Start(ctx context.Context, cfg Config) (*Node, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	be, err := jetstream.New(cfg.Conn, cfg.Codec, cfg.Backend)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: cfg, be: be, session: nuid.Next(),
+		log:      cfg.Logger.With().Str("component", "node").Str("node", string(cfg.ID)).Logger(),
+		oracle:   &remoteOracle{nc: cfg.Conn, subject: cfg.Codec.Cluster().CoordSubject(streamwal.CoordTSO)},
+		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
+		requests: make(chan struct{}, maxRequests), stop: make(chan struct{})}
+	if n.nodes, err = n.openNodesBucket(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.subscribe(); err != nil {
+		n.unsubscribe()
+		return nil, err
+	}
+	if err := n.heartbeat(ctx); err != nil {
+		n.unsubscribe()
+		return nil, err
+	}
+	n.loops.Add(1)
+	go n.heartbeats()
+	return n, nil
+}
+
+// openNodesBucket waits for the coordinator to have provisioned the nodes
+// bucket.
+func (n *Node) openNodesBucket(ctx context.Context) (njs.KeyValue, error) {
+	js, err := njs.New(n.cfg.Conn)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "jetstream: %v", err)
+	}
+	name := n.cfg.Codec.Cluster().BucketName(streamwal.BucketNodes)
+	for {
+		kv, err := js.KeyValue(ctx, name)
+		if err == nil {
+			return kv, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "bucket %s: %v (is a coordinator running?)", name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// ID is the node's identity; Session changes at every start.
+func (n *Node) ID() streamwal.NodeID { return n.cfg.ID }
+
+// Session is this run's session.
+func (n *Node) Session() string { return n.session }
+
+// WAL returns the WAL of p if the node serves it, for in-process callers
+// (the client's local bypass).
+func (n *Node) WAL(p streamwal.PChannel) (*wal.WAL, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch, ok := n.channels[p]
+	if !ok {
+		return nil, false
+	}
+	return ch.wal, true
+}
+
+// subscribe serves the node's request subjects.
+func (n *Node) subscribe() error {
+	c := n.cfg.Codec.Cluster()
+	for op, h := range map[streamwal.NodeOp]wire.Handler{
+		streamwal.NodeOpen:   n.handleOpen,
+		streamwal.NodeClose:  n.handleClose,
+		streamwal.NodeStatus: n.handleStatus,
+	} {
+		sub, err := n.cfg.Conn.Subscribe(c.NodeSubject(n.cfg.ID, op), func(m *nats.Msg) {
+			n.loops.Add(1)
+			go func() {
+				defer n.loops.Done()
+				body, err := h(context.Background(), m.Data)
+				_ = wire.Respond(m, body, err)
+			}()
+		})
+		if err != nil {
+			return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe %s: %v", op, err)
+		}
+		n.subs = append(n.subs, sub)
+	}
+	return nil
+}
+
+// unsubscribe stops serving the node's request subjects.
+func (n *Node) unsubscribe() {
+	n.mu.Lock()
+	subs := n.subs
+	n.subs = nil
+	n.mu.Unlock()
+	for _, s := range subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// heartbeat writes the node's registration.
+func (n *Node) heartbeat(ctx context.Context) error {
+	rec := wire.NodeRecord{Node: string(n.cfg.ID), Session: n.session, Since: time.Now().UTC()}
+	data, err := jsonEncode(rec)
+	if err != nil {
+		return err
+	}
+	if _, err := n.nodes.Put(ctx, streamwal.NodeKey(n.cfg.ID), data); err != nil {
+		return streamwal.Errorf(streamwal.CodeUnavailable, "heartbeat: %v", err)
+	}
+	return nil
+}
+
+// heartbeats runs until the node stops.
+func (n *Node) heartbeats() {
+	defer n.loops.Done()
+	t := time.NewTicker(n.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat*4)
+			if err := n.heartbeat(ctx); err != nil {
+				n.log.Warn().Err(err).Msg("heartbeat")
+			}
+			cancel()
+		}
+	}
+}
+
+// Close stops the node gracefully: no new appends, those in flight
+// finished, WALs closed within the close budget, registration deleted.
+func (n *Node) Close() error {
+	n.shutdown(true)
+	return nil
+}
+
+// Crash stops the node as a crash would, for tests and chaos: no goodbye,
+// WALs dropped without waiting for appends in flight. The coordinator
+// notices only when the heartbeats stop.
+func (n *Node) Crash() {
+	n.shutdown(false)
+}
+
+// shutdown stops everything; graceful says goodbye.
+func (n *Node) shutdown(graceful bool) {
+	n.once.Do(func() {
+		n.mu.Lock()
+		n.closing = true
+		n.mu.Unlock()
+		close(n.stop)
+		n.unsubscribe()
+		chans := n.takeChannels()
+		for _, ch := range chans {
+			_ = ch.sub.Unsubscribe()
+		}
+		if graceful {
+			n.waitRequests()
+		}
+		for _, ch := range chans {
+			_ = ch.wal.Close()
+		}
+		if graceful {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			if err := n.nodes.Delete(ctx, streamwal.NodeKey(n.cfg.ID)); err != nil {
+				n.log.Warn().Err(err).Msg("goodbye")
+			}
+			cancel()
+		}
+		n.loops.Wait()
+		n.inflight.Wait()
+		_ = n.be.Close()
+	})
+}
+
+// takeChannels empties the channel map.
+func (n *Node) takeChannels() map[streamwal.PChannel]*channel {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	chans := n.channels
+	n.channels = map[streamwal.PChannel]*channel{}
+	return chans
+}
+
+// waitRequests waits for append requests in flight, within the budget.
+func (n *Node) waitRequests() {
+	done := make(chan struct{})
+	go func() { n.inflight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(n.cfg.CloseBudget):
+		n.log.Warn().Msg("append requests still in flight after the close budget")
+	}
+}
+
+// errShuttingDown refuses work during shutdown.
+var errShuttingDown = errors.New("node is shutting down")

@@ -1,0 +1,245 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/wal"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// jsonEncode encodes a KV record.
+func jsonEncode(v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeInternal, "encode: %v", err)
+	}
+	return data, nil
+}
+
+// opLock serializes opens and closes of one PChannel.
+func (n *Node) opLock(p streamwal.PChannel) *sync.Mutex {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l, ok := n.opLocks[p]
+	if !ok {
+		l = &sync.Mutex{}
+		n.opLocks[p] = l
+	}
+	return l
+}
+
+// handleOpen opens a PChannel's WAL under the requested term and starts
+// serving its append subject. Opening the term already open is a no-op.
+func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
+	var req wire.OpenRequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	p, err := streamwal.ParsePChannel(req.PChannel)
+	if err != nil {
+		return nil, err
+	}
+	l := n.opLock(p)
+	l.Lock()
+	defer l.Unlock()
+	if cur, ok := n.WAL(p); ok {
+		if cur.Term() == req.Term && cur.Err() == nil {
+			return wire.OpenReply{Barrier: cur.Barrier().ID()}, nil
+		}
+		if cur.Term() > req.Term {
+			return nil, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), req.Term)
+		}
+		n.drop(p, cur)
+	}
+	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: req.Term, Node: string(n.cfg.ID),
+		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: &n.log})
+	if err != nil {
+		return nil, err
+	}
+	if err := n.serve(p, w); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	n.log.Info().Str("pchannel", p.String()).Uint64("term", req.Term).Msg("serving")
+	return wire.OpenReply{Barrier: w.Barrier().ID()}, nil
+}
+
+// serve starts answering p's append subject with w, and watches w so that
+// a fenced WAL is dropped at once.
+func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closing {
+		return streamwal.Errorf(streamwal.CodeShuttingDown, "open %s: %w", p, errShuttingDown)
+	}
+	sub, err := n.cfg.Conn.Subscribe(n.cfg.Codec.Cluster().AppendSubject(p), n.appendHandler(w))
+	if err != nil {
+		return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe appends of %s: %v", p, err)
+	}
+	n.channels[p] = &channel{wal: w, sub: sub}
+	n.loops.Add(1)
+	go func() {
+		defer n.loops.Done()
+		select {
+		case <-w.Done():
+			n.log.Warn().Err(w.Err()).Str("pchannel", p.String()).Msg("wal stopped")
+			n.drop(p, w)
+		case <-n.stop:
+		}
+	}()
+	return nil
+}
+
+// drop stops serving p if w is still its WAL, and closes w.
+func (n *Node) drop(p streamwal.PChannel, w *wal.WAL) {
+	n.mu.Lock()
+	ch, ok := n.channels[p]
+	if ok && ch.wal == w {
+		delete(n.channels, p)
+	}
+	n.mu.Unlock()
+	if ok && ch.wal == w {
+		_ = ch.sub.Unsubscribe()
+	}
+	_ = w.Close()
+}
+
+// handleClose closes a PChannel's WAL (of the given term, or any).
+func (n *Node) handleClose(_ context.Context, data []byte) (any, error) {
+	var req wire.CloseRequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	p, err := streamwal.ParsePChannel(req.PChannel)
+	if err != nil {
+		return nil, err
+	}
+	l := n.opLock(p)
+	l.Lock()
+	defer l.Unlock()
+	if cur, ok := n.WAL(p); ok && (req.Term == 0 || cur.Term() <= req.Term) {
+		n.drop(p, cur)
+		n.log.Info().Str("pchannel", p.String()).Uint64("term", cur.Term()).Msg("closed")
+	}
+	return nil, nil
+}
+
+// handleStatus describes the open WALs.
+func (n *Node) handleStatus(context.Context, []byte) (any, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	reply := wire.NodeStatusReply{Node: string(n.cfg.ID), Session: n.session}
+	for p, ch := range n.channels {
+		reply.Channels = append(reply.Channels, wire.ChannelStatus{PChannel: p.String(), Term: ch.wal.Term()})
+	}
+	return reply, nil
+}
+
+// appendHandler serves append requests for w, each in its own goroutine
+// (bounded), so that requests pipeline into the WAL.
+func (n *Node) appendHandler(w *wal.WAL) nats.MsgHandler {
+	return func(m *nats.Msg) {
+		n.inflight.Add(1)
+		select {
+		case n.requests <- struct{}{}:
+		case <-n.stop:
+			n.inflight.Done()
+			_ = wire.Respond(m, nil, streamwal.Errorf(streamwal.CodeShuttingDown, "%s: %v", n.cfg.ID, errShuttingDown))
+			return
+		}
+		go func() {
+			defer n.inflight.Done()
+			defer func() { <-n.requests }()
+			body, err := n.appendRequest(w, m.Data)
+			_ = wire.Respond(m, body, err)
+		}()
+	}
+}
+
+// appendTimeout bounds one append request at the node.
+const appendTimeout = 30 * time.Second
+
+// appendRequest appends the messages of one request.
+func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
+	var req wire.AppendRequest
+	if err := wire.Decode(data, &req); err != nil {
+		return nil, err
+	}
+	if len(req.Messages) == 0 {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "append request without messages")
+	}
+	reply := wire.AppendReply{Results: make([]wire.AppendResult, len(req.Messages))}
+	msgs := make([]*messages.MutableMessage, 0, len(req.Messages))
+	index := make([]int, 0, len(req.Messages))
+	for i, wm := range req.Messages {
+		m, err := n.cfg.Codec.DecodeMutable(&nats.Msg{Subject: wm.Subject, Header: wm.Header, Data: wm.Data})
+		if err != nil {
+			reply.Results[i].Error = wire.ErrorOf(err)
+			continue
+		}
+		msgs = append(msgs, m)
+		index = append(index, i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
+	defer cancel()
+	out, errs := w.AppendMany(ctx, msgs)
+	for j, i := range index {
+		reply.Results[i] = resultOf(out[j], errs[j])
+	}
+	return reply, nil
+}
+
+// resultOf is the wire result of one append.
+func resultOf(m *messages.ImmutableMessage, err error) wire.AppendResult {
+	if err != nil {
+		return wire.AppendResult{Error: wire.ErrorOf(err)}
+	}
+	r := wire.AppendResult{ID: m.ID(), TimeTick: m.TimeTick(), LastConfirmed: m.LastConfirmed()}
+	if tc := m.Txn(); tc != nil {
+		r.TxnID, r.Keepalive = tc.ID, tc.Keepalive
+	}
+	return r
+}
+
+// remoteOracle is the coordinator's TSO over request-reply.
+type remoteOracle struct {
+	nc      *nats.Conn
+	subject string
+}
+
+// oracleBudget bounds how long an allocation retries through a
+// coordinator takeover.
+const oracleBudget = 5 * time.Second
+
+// Allocate implements timetick.Oracle, retrying while no coordinator
+// answers (a takeover) within oracleBudget.
+func (o *remoteOracle) Allocate(ctx context.Context, n uint32) (messages.TimeTick, error) {
+	ctx, cancel := context.WithTimeout(ctx, oracleBudget)
+	defer cancel()
+	delay := 20 * time.Millisecond
+	for {
+		var reply wire.TSOReply
+		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
+		err := wire.Call(callCtx, o.nc, o.subject, wire.TSORequest{Count: n}, &reply)
+		callCancel()
+		if err == nil {
+			return reply.First, nil
+		}
+		if !streamwal.IsRetriable(err) {
+			return 0, err
+		}
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}

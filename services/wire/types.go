@@ -1,0 +1,143 @@
+package wire
+
+import (
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/streamwal/streamwal/messages"
+)
+
+// TSORequest asks the coordinator for Count consecutive TimeTicks.
+type TSORequest struct {
+	Count uint32 `json:"count"`
+}
+
+// TSOReply is the first of them.
+type TSOReply struct {
+	First messages.TimeTick `json:"first"`
+}
+
+// OpenRequest tells a node to open a PChannel's WAL under Term.
+type OpenRequest struct {
+	PChannel string `json:"pchannel"`
+	Term     uint64 `json:"term"`
+}
+
+// OpenReply is the RecoveryBarrier the node landed.
+type OpenReply struct {
+	Barrier messages.MessageID `json:"barrier"`
+}
+
+// CloseRequest tells a node to close a PChannel's WAL (of Term, or of any
+// term when zero).
+type CloseRequest struct {
+	PChannel string `json:"pchannel"`
+	Term     uint64 `json:"term,omitempty"`
+}
+
+// NodeStatusReply is what a node serves.
+type NodeStatusReply struct {
+	Node     string          `json:"node"`
+	Session  string          `json:"session"`
+	Channels []ChannelStatus `json:"channels"`
+}
+
+// ChannelStatus is one open WAL.
+type ChannelStatus struct {
+	PChannel string             `json:"pchannel"`
+	Term     uint64             `json:"term"`
+	LastID   messages.MessageID `json:"last_id"`
+	LastTT   messages.TimeTick  `json:"last_timetick"`
+}
+
+// Message is a NATS message carried inside a request.
+type Message struct {
+	Subject string      `json:"subject"`
+	Header  nats.Header `json:"header,omitempty"`
+	Data    []byte      `json:"data,omitempty"`
+}
+
+// AppendRequest carries independent appends to one PChannel; they are
+// ordered among themselves as listed.
+type AppendRequest struct {
+	Messages []Message `json:"messages"`
+}
+
+// AppendReply has one result per message, in order.
+type AppendReply struct {
+	Results []AppendResult `json:"results"`
+}
+
+// AppendResult is the outcome of one message: where it landed, or why not.
+type AppendResult struct {
+	ID            messages.MessageID `json:"id,omitempty"`
+	TimeTick      messages.TimeTick  `json:"timetick,omitempty"`
+	LastConfirmed messages.MessageID `json:"last_confirmed,omitempty"`
+	TxnID         messages.TxnID     `json:"txn_id,omitempty"`
+	Keepalive     time.Duration      `json:"keepalive,omitempty"`
+	Error         *Error             `json:"error,omitempty"`
+}
+
+// AllocateRequest asks for the VChannels of a new collection.
+type AllocateRequest struct {
+	CollectionID int64 `json:"collection_id"`
+	Shards       int   `json:"shards"`
+}
+
+// AllocateReply names them (the same ones on a repeated request).
+type AllocateReply struct {
+	VChannels []string `json:"vchannels"`
+}
+
+// ReleaseRequest releases a dropped collection's VChannels.
+type ReleaseRequest struct {
+	CollectionID int64 `json:"collection_id"`
+}
+
+// NodeRecord is a node's registration and heartbeat in the nodes bucket.
+type NodeRecord struct {
+	Node    string    `json:"node"`
+	Session string    `json:"session"`
+	Since   time.Time `json:"since"`
+}
+
+// State is where a PChannel is in its assignment.
+type State string
+
+// Assignment states (DESIGN.md §3).
+const (
+	Uninitialized State = "UNINITIALIZED"
+	Assigning     State = "ASSIGNING"
+	Assigned      State = "ASSIGNED"
+	Unavailable   State = "UNAVAILABLE"
+)
+
+// Assignment is one PChannel's owner and term, as persisted.
+type Assignment struct {
+	PChannel string `json:"pchannel"`
+	Node     string `json:"node,omitempty"`
+	Term     uint64 `json:"term"`
+	State    State  `json:"state"`
+	// VChannels counts the VChannels placed on it.
+	VChannels int `json:"vchannels"`
+	// Epoch is the coordinator epoch that wrote it.
+	Epoch uint64 `json:"epoch"`
+}
+
+// View is the versioned assignment view clients and operators watch.
+type View struct {
+	Version  uint64       `json:"version"`
+	Epoch    uint64       `json:"epoch"`
+	Leader   string       `json:"leader"`
+	CChannel string       `json:"cchannel"`
+	Channels []Assignment `json:"channels"`
+	Nodes    []string     `json:"nodes"`
+}
+
+// Collections is the VChannel allocation: collection ID to its VChannels.
+type Collections struct {
+	Epoch       uint64              `json:"epoch"`
+	CChannel    string              `json:"cchannel"`
+	Collections map[string][]string `json:"collections"`
+}
