@@ -56,7 +56,7 @@ func AtTimeTick(t messages.TimeTick) Start { return Start{Kind: StartTimeTick, T
 func (s Start) backendStart() (jetstream.StartPosition, error) {
 	switch s.Kind {
 	case StartEarliest, StartTimeTick:
-		return jetstream.Earliest(), nil
+		return jetstream.Earliest(), nil // StartTimeTick: refined by locate
 	case StartLatest:
 		return jetstream.Latest(), nil
 	case StartFrom:
@@ -110,6 +110,11 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 	start, err := o.Start.backendStart()
 	if err != nil {
 		return nil, err
+	}
+	if o.Start.Kind == StartTimeTick {
+		if start, err = locate(ctx, o.Backend, o.PChannel, o.Start.TimeTick); err != nil {
+			return nil, err
+		}
 	}
 	f := Filter{Types: o.Types, From: o.MinTimeTick}
 	if o.Start.Kind == StartTimeTick {
