@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -57,6 +58,14 @@ func TestServeStartsReachableServerAndStopsOnCancel(t *testing.T) {
 	info, err := js.AccountInfo()
 	require.NoError(t, err, "JetStream must be enabled")
 	require.NotNil(t, info)
+	streams := 0
+	for name := range js.StreamNames() {
+		if strings.HasPrefix(name, "WAL_local_pchan-") {
+			streams++
+		}
+	}
+	require.Equal(t, 16, streams, "the node opened the WAL of every PChannel")
+	require.Contains(t, out.String(), "pchannels:   16")
 	nc.Close()
 
 	cancel()
@@ -75,6 +84,7 @@ func TestServeRejectsBadFlags(t *testing.T) {
 		{"serve", "--log-level", "loud"},
 		{"serve", "--port", "-5", "--data-dir", t.TempDir()},
 		{"serve", "extra-arg"},
+		{"serve", "--pchannels", "0", "--data-dir", t.TempDir()},
 	} {
 		var out bytes.Buffer
 		root := newRootCmd(&out, &out)
