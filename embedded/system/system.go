@@ -291,14 +291,14 @@ func serving(v wire.View, balanced bool) bool {
 	return hi-lo <= 1
 }
 
-// Close stops the nodes, the coordinators and (if it started it) the
-// server.
+// Close stops the coordinators (so that they do not reassign what the
+// nodes give up), the nodes and (if it started it) the server.
 func (s *System) Close() {
-	for _, n := range s.Nodes() {
-		s.StopNode(n.ID(), false)
-	}
 	for _, c := range s.Coordinators() {
 		s.StopCoordinator(c, false)
+	}
+	for _, n := range s.Nodes() {
+		s.StopNode(n.ID(), false)
 	}
 	if s.admin != nil {
 		s.admin.Close()

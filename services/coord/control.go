@@ -275,9 +275,10 @@ func (ctl *control) save(err error) {
 	if err == nil {
 		err = ctl.publish(ctl.t.ctx)
 	}
-	if errors.Is(err, errDeposed) {
+	switch {
+	case errors.Is(err, errDeposed):
 		ctl.t.depose()
-	} else if err != nil {
+	case err != nil && ctl.t.ctx.Err() == nil:
 		ctl.t.log.Error().Err(err).Msg("persist")
 	}
 }
