@@ -40,11 +40,30 @@ type AppendFuture struct {
 	// once, so it may land even if a later attempt is abandoned.
 	solo bool
 	sent bool
+	// The storage of a one-message append, which is the common case: its
+	// message, ID and sequence cost no allocations of their own.
+	oneMsg [1]*nats.Msg
+	oneID  [1]string
+	oneSeq [1]messages.MessageID
 }
 
-// newFuture wraps encoded messages with their message IDs.
-func newFuture(msgs []*nats.Msg, ids []string) *AppendFuture {
-	return &AppendFuture{msgs: msgs, ids: ids, done: make(chan struct{})}
+// newFuture makes the future of an append of n messages, with room for
+// them and their message IDs.
+func newFuture(n int) *AppendFuture {
+	f := &AppendFuture{done: make(chan struct{})}
+	f.msgs, f.ids = f.oneMsg[:], f.oneID[:]
+	if n > 1 {
+		f.msgs, f.ids = make([]*nats.Msg, n), make([]string, n)
+	}
+	return f
+}
+
+// newSeqs returns room for n sequences.
+func (f *AppendFuture) newSeqs(n int) []messages.MessageID {
+	if n == 1 {
+		return f.oneSeq[:]
+	}
+	return make([]messages.MessageID, n)
 }
 
 // failedFuture is a future that already failed.
@@ -97,7 +116,7 @@ func (f *AppendFuture) resolve(first uint64) {
 		f.parent.partResolved(f.index, first)
 		return
 	}
-	f.seqs = make([]messages.MessageID, len(f.msgs))
+	f.seqs = f.newSeqs(len(f.msgs))
 	for i := range f.seqs {
 		f.seqs[i] = messages.MessageID(first + uint64(i))
 	}
@@ -110,7 +129,7 @@ func (f *AppendFuture) resolveEach(seqs []uint64) {
 		f.parent.partResolved(f.index, seqs[0])
 		return
 	}
-	f.seqs = make([]messages.MessageID, len(seqs))
+	f.seqs = f.newSeqs(len(seqs))
 	for i, s := range seqs {
 		f.seqs[i] = messages.MessageID(s)
 	}
@@ -136,7 +155,7 @@ func (f *AppendFuture) split() []*AppendFuture {
 		parts[i] = p
 	}
 	f.parts = len(parts)
-	f.seqs = make([]messages.MessageID, len(f.msgs))
+	f.seqs = f.newSeqs(len(f.msgs))
 	return parts
 }
 

@@ -33,6 +33,7 @@ type batch struct {
 	// permanent is set when the server refused the unit for a reason a
 	// retry cannot cure (message too large, stream full, sealed).
 	permanent error
+	oneReq    [1]*AppendFuture // the storage of reqs while it holds one
 }
 
 // lastMsgID is the message ID of the unit's last message.
@@ -195,6 +196,7 @@ func (s *sequencer) nextUnit() *batch {
 		return nil
 	}
 	b := &batch{num: s.nextNum, expect: s.tail, after: s.lastID}
+	b.reqs = b.oneReq[:0]
 	s.nextNum++
 	for len(s.queue) > 0 {
 		f := s.queue[0]
