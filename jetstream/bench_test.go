@@ -71,7 +71,6 @@ func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, window, n int) floa
 	opts := jetstream.Options{}
 	if fsync {
 		opts.GroupCommit = true
-		opts.MaxInFlight = 2
 	}
 	be, err := jetstream.New(nc, codec, opts)
 	if err != nil {

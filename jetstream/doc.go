@@ -26,7 +26,10 @@
 //   - Default: every append goes out on its own as soon as the pipeline has
 //     room (up to [Options.MaxInFlightMsgs] messages). Best when the server
 //     does not fsync each write: an R1 atomic batch is staged in a file store
-//     of its own, a fixed cost that pipelined plain publishes avoid.
+//     of its own, a fixed cost that pipelined plain publishes avoid. In a run
+//     of plain publishes sent back to back, only the last (and every 64th)
+//     asks for an answer: each publish expects the message ID and sequence
+//     of the one before it, so an answered one vouches for those before it.
 //   - [Options.GroupCommit]: one unit in flight; everything that arrives
 //     meanwhile goes out as the next unit, one atomic batch. Best when the
 //     server fsyncs before acknowledging (SyncAlways): one batch costs one
