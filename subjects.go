@@ -1,6 +1,7 @@
 package streamwal
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -278,3 +279,9 @@ func AssignmentKey(p PChannel) string { return "pchannel." + p.String() }
 
 // NodeKey is n's key in BucketNodes.
 func NodeKey(n NodeID) string { return "node." + string(n) }
+
+// BroadcastTaskKey is broadcast task id's key in BucketBroadcast.
+func BroadcastTaskKey(id uint64) string { return "task." + strconv.FormatUint(id, 10) }
+
+// BroadcastTaskPrefix prefixes every broadcast task key.
+const BroadcastTaskPrefix = "task."

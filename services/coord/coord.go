@@ -39,6 +39,7 @@ package coord
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -138,6 +139,8 @@ type Coordinator struct {
 	log     zerolog.Logger
 	js      njs.JetStream
 	buckets map[streamwal.Bucket]njs.KeyValue
+
+	leaseUntil atomic.Int64 // unix nanos until which the lease surely holds
 
 	mu       sync.Mutex
 	active   *term // nil while standby
@@ -250,9 +253,17 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.LeaseTTL/3)
 	defer cancel()
 	kv := c.buckets[streamwal.BucketLeader]
+	start := time.Now()
 	if rev != 0 {
+		if c.isDeposed() {
+			c.log.Warn().Msg("a write was refused; stepping down")
+			c.stepDown()
+			_ = kv.Delete(ctx, streamwal.KeyLeader, njs.LastRevision(rev))
+			return 0
+		}
 		next, err := kv.Update(ctx, streamwal.KeyLeader, []byte(c.cfg.ID), rev)
-		if err == nil && !c.isDeposed() {
+		if err == nil {
+			c.extendLease(start)
 			return next
 		}
 		c.log.Warn().Err(err).Msg("lease lost; stepping down")
@@ -263,6 +274,7 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 	if err != nil {
 		return 0
 	}
+	c.extendLease(start)
 	if err := c.takeOver(created); err != nil {
 		c.log.Error().Err(err).Msg("take over failed; giving the lease back")
 		_ = kv.Delete(ctx, streamwal.KeyLeader, njs.LastRevision(created))
@@ -270,6 +282,16 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 	}
 	return created
 }
+
+// extendLease records how long the lease renewed (or created) at start
+// surely still holds: two thirds of its TTL, so that a coordinator whose
+// campaign stalls stops answering before a successor can take over.
+func (c *Coordinator) extendLease(start time.Time) {
+	c.leaseUntil.Store(start.Add(c.cfg.LeaseTTL * 2 / 3).UnixNano())
+}
+
+// leaseHeld reports whether the lease surely still holds.
+func (c *Coordinator) leaseHeld() bool { return time.Now().UnixNano() < c.leaseUntil.Load() }
 
 // isDeposed reports whether the active term noticed a refused write.
 func (c *Coordinator) isDeposed() bool {

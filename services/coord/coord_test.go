@@ -527,10 +527,6 @@ func TestRefusedWriteAloneStepsDown(t *testing.T) {
 // wins, so a client can get a TimeTick smaller than one the successor
 // already handed out.
 func TestDeposedCoordinatorHandsOutNoTimeTicks(t *testing.T) {
-	t.Skip("bug: a coordinator whose lease lapsed while its campaign stalled keeps answering TSO requests " +
-		"(and the other handlers) until its next lease round; its TimeTicks are below its successor's; " +
-		"fix: the term keeps the deadline of its lease (start of the last successful renewal + LeaseTTL, less a margin) " +
-		"and every handler refuses with UNAVAILABLE past it or once deposed")
 	e := newEnv(t)
 	a := e.start("a")
 	e.waitActive(5*time.Second, a)

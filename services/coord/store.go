@@ -69,7 +69,8 @@ func (s *store) put(ctx context.Context, key string, value any) error {
 	}
 	if err != nil {
 		var apiErr *njs.APIError
-		if errors.Is(err, njs.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequence {
+		if errors.Is(err, njs.ErrKeyExists) || errors.Is(err, njs.ErrKeyRevisionMismatch) ||
+			errors.As(err, &apiErr) && apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequence {
 			return deposed(key)
 		}
 		return streamwal.Errorf(streamwal.CodeUnavailable, "write %s: %v", key, err)

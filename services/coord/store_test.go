@@ -232,9 +232,6 @@ func TestStoreUnavailable(t *testing.T) {
 // the refusal of a stale writer racing its successor must still be a
 // deposition.
 func TestStoreFencesAStaleWriterReplicated(t *testing.T) {
-	t.Skip("bug: store.put recognises a refused compare-and-set only by njs.ErrKeyExists or code 10071; a replicated " +
-		"bucket answers 10164 when another write of the key is in flight, so the stale writer gets a plain UNAVAILABLE " +
-		"without errDeposed and does not step down on it; fix: also match errors.Is(err, njs.ErrKeyRevisionMismatch)")
 	cl := embedded.StartTestCluster(t)
 	require.NoError(t, cl.WaitHealthy(30*time.Second))
 	kv := testBucket(t, connect(t, cl.Connect), 3)

@@ -100,12 +100,22 @@ func (t *term) subscribe() error {
 		}
 		t.subs = append(t.subs, sub)
 	}
+	// Active only once the server knows the subscriptions.
+	if err := t.c.cfg.Conn.Flush(); err != nil {
+		return streamwal.Errorf(streamwal.CodeUnavailable, "flush subscriptions: %v", err)
+	}
 	return nil
 }
 
 // serve adapts a handler to a subscription.
 func (t *term) serve(h wire.Handler) nats.MsgHandler {
 	return func(m *nats.Msg) {
+		if !t.c.leaseHeld() || t.isDeposed() {
+			// The lease may have passed to a successor: answer nothing
+			// from this term's memory.
+			_ = wire.Respond(m, nil, streamwal.Errorf(streamwal.CodeUnavailable, "coordinator %s is not surely active", t.c.cfg.ID))
+			return
+		}
 		body, err := h(t.ctx, m.Data)
 		if errors.Is(err, errDeposed) {
 			t.depose()

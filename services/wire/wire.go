@@ -1,7 +1,7 @@
 // Package wire is the request-reply protocol between the client, the
 // coordinator and the nodes (DESIGN.md §2, §3): the JSON request and reply
 // types of every `walapi` subject, the KV records the coordinator and the
-// nodes share, and the two halves of a call, [Call] and [Serve], which
+// nodes share, and the two halves of a call, [Call] and [Respond], which
 // carry typed errors across the hop with their codes intact. The
 // coordinator and the node never import each other; they meet here.
 package wire
