@@ -21,7 +21,10 @@ import (
 // BenchmarkAppend appends 1 KiB messages from 64 goroutines through the
 // sequencer and, on the same embedded server in the same run, through raw
 // JetStream: async publish from one goroutine (4096 pending) and atomic
-// batches of 1000 with an expected last sequence, one at a time. It runs
+// batches of 1000 with an expected last sequence, one at a time. Both raw
+// paths publish the same messages the sequencer writes (payload and
+// Wal-* headers, a fresh Nats-Msg-Id each), so that the ratios measure the
+// sequencer, not the size of its messages. It runs
 // without and with SyncAlways (the writer then uses GroupCommit), and with
 // two kinds of callers: window=1, each goroutine waits for every Append;
 // window=32, each goroutine keeps up to 32 appends in flight (AppendAsync),
@@ -139,9 +142,7 @@ func benchRawAsync(b *testing.B, nc *nats.Conn, n int) float64 {
 	subj := rawStream(b, js, "RAWASYNC")
 	start := time.Now()
 	for i := 0; i < n; i++ {
-		m := &nats.Msg{Subject: subj, Data: payload1K, Header: nats.Header{}}
-		m.Header.Set(nats.MsgIdHdr, nuid.Next())
-		if _, err := js.PublishMsgAsync(m, njs.WithStallWait(time.Minute)); err != nil {
+		if _, err := js.PublishMsgAsync(rawMessage(subj), njs.WithStallWait(time.Minute)); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -168,8 +169,7 @@ func benchRawBatch(b *testing.B, nc *nats.Conn, n int) float64 {
 		size := min(1000, n-done)
 		batch := make([]*nats.Msg, size)
 		for i := range batch {
-			batch[i] = &nats.Msg{Subject: subj, Data: payload1K, Header: nats.Header{}}
-			batch[i].Header.Set(nats.MsgIdHdr, nuid.Next())
+			batch[i] = rawMessage(subj)
 		}
 		batch[0].Header.Set(njs.ExpectedLastSeqHeader, fmt.Sprint(last))
 		ack, err := jetstreamext.PublishMsgBatch(ctx, js, batch)
@@ -180,4 +180,36 @@ func benchRawBatch(b *testing.B, nc *nats.Conn, n int) float64 {
 		done += size
 	}
 	return float64(n) / time.Since(start).Seconds()
+}
+
+// walHeader is the header of an insert as the sequencer writes it (without
+// the message ID, set per message).
+var walHeader = func() nats.Header {
+	codec, err := messages.NewCodec("bench", nil)
+	if err != nil {
+		panic(err)
+	}
+	p, _ := streamwal.NewPChannel("raw", 0)
+	v, _ := p.VChannel(1, 0)
+	m, err := codec.New(messages.TypeInsert, v, payload1K)
+	if err != nil {
+		panic(err)
+	}
+	m.SetTerm(1) // the writer adds the term; the rest is as benchSequencer's
+	nm, err := codec.Encode(m)
+	if err != nil {
+		panic(err)
+	}
+	return nm.Header
+}()
+
+// rawMessage is an insert for a raw stream: the sequencer's payload and
+// headers under subject, with a fresh message ID.
+func rawMessage(subj string) *nats.Msg {
+	h := make(nats.Header, len(walHeader)+1)
+	for k, v := range walHeader {
+		h[k] = v
+	}
+	h.Set(nats.MsgIdHdr, nuid.Next())
+	return &nats.Msg{Subject: subj, Data: payload1K, Header: h}
 }

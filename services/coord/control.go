@@ -41,6 +41,7 @@ type control struct {
 	t         *term
 	assign    *store
 	vchan     *store
+	names     []string // the PChannels, fixed at creation
 	nodes     map[streamwal.NodeID]*member
 	channels  []*wire.Assignment
 	byName    map[string]*wire.Assignment
@@ -66,6 +67,7 @@ func newControl(ctx context.Context, t *term) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctl.names = names
 	for _, name := range names {
 		if err := ctl.loadChannel(ctx, name); err != nil {
 			return nil, err

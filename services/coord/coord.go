@@ -48,6 +48,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/balance"
 )
 
@@ -84,6 +85,9 @@ type Config struct {
 	BalanceInterval time.Duration
 	// OpenTimeout bounds a node's opening of a WAL (default 10 s).
 	OpenTimeout time.Duration
+	// Registry holds the application's message types (default: the
+	// built-ins only).
+	Registry *messages.Registry
 	// Policy is the balance policy (default balance.DefaultPolicy()).
 	Policy *balance.Policy
 	// Logger receives the coordinator's logs (default: none).

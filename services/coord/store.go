@@ -85,3 +85,23 @@ func (s *store) setRev(key string, rev uint64) {
 	defer s.mu.Unlock()
 	s.revs[key] = rev
 }
+
+// delete removes key, conditioned on the revision last seen.
+func (s *store) delete(ctx context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rev := s.revs[key]
+	var opts []njs.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, njs.LastRevision(rev))
+	}
+	if err := s.kv.Delete(ctx, key, opts...); err != nil {
+		var apiErr *njs.APIError
+		if errors.Is(err, njs.ErrKeyRevisionMismatch) || errors.As(err, &apiErr) && apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequence {
+			return deposed(key)
+		}
+		return streamwal.Errorf(streamwal.CodeUnavailable, "delete %s: %v", key, err)
+	}
+	delete(s.revs, key)
+	return nil
+}

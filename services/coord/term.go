@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/coord/broadcast"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -31,7 +32,9 @@ type term struct {
 	tso      *oracle
 	tsoStore *store
 
-	ctl *control
+	ctl   *control
+	bc    *broadcast.Broadcaster
+	codec *messages.Codec
 }
 
 // tsoRecord is the persisted bound of the oracle.
@@ -56,6 +59,10 @@ func startTerm(ctx context.Context, c *Coordinator, epoch uint64) (*term, error)
 		return nil, err
 	}
 	t.ctl = ctl
+	if err := t.startBroadcaster(ctx); err != nil {
+		t.cancel()
+		return nil, err
+	}
 	if err := t.subscribe(); err != nil {
 		t.close()
 		return nil, err
@@ -84,32 +91,41 @@ func (t *term) startOracle(ctx context.Context) error {
 	return nil
 }
 
-// subscribe serves the coordinator's request subjects.
+// subscribe serves the coordinator's request subjects. Broadcasts and
+// their acknowledgements are served concurrently (a broadcast may wait for
+// the keys of another); the rest in arrival order.
 func (t *term) subscribe() error {
-	cl := t.c.cfg.Cluster
-	for op, h := range map[streamwal.CoordOp]wire.Handler{
-		streamwal.CoordTSO:      t.handleTSO,
-		streamwal.CoordAllocate: t.ctl.handleAllocate,
-		streamwal.CoordRelease:  t.ctl.handleRelease,
-		streamwal.CoordBalance:  t.ctl.handleBalance,
-		streamwal.CoordStatus:   t.ctl.handleStatus,
+	cl := t.c.cfg.Conn
+	for _, h := range []struct {
+		op    streamwal.CoordOp
+		h     wire.Handler
+		async bool
+	}{
+		{streamwal.CoordTSO, t.handleTSO, false},
+		{streamwal.CoordAllocate, t.ctl.handleAllocate, false},
+		{streamwal.CoordRelease, t.ctl.handleRelease, false},
+		{streamwal.CoordBalance, t.ctl.handleBalance, false},
+		{streamwal.CoordStatus, t.ctl.handleStatus, false},
+		{streamwal.CoordBroadcast, t.handleBroadcast, true},
+		{streamwal.CoordBroadcastAck, t.handleBroadcastAck, true},
 	} {
-		sub, err := t.c.cfg.Conn.Subscribe(cl.CoordSubject(op), t.serve(h))
+		sub, err := cl.Subscribe(t.c.cfg.Cluster.CoordSubject(h.op), t.serve(h.h, h.async))
 		if err != nil {
-			return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe %s: %v", op, err)
+			return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe %s: %v", h.op, err)
 		}
 		t.subs = append(t.subs, sub)
 	}
 	// Active only once the server knows the subscriptions.
-	if err := t.c.cfg.Conn.Flush(); err != nil {
+	if err := cl.Flush(); err != nil {
 		return streamwal.Errorf(streamwal.CodeUnavailable, "flush subscriptions: %v", err)
 	}
 	return nil
 }
 
-// serve adapts a handler to a subscription.
-func (t *term) serve(h wire.Handler) nats.MsgHandler {
-	return func(m *nats.Msg) {
+// serve adapts a handler to a subscription; async handlers run in their
+// own goroutines.
+func (t *term) serve(h wire.Handler, async bool) nats.MsgHandler {
+	answer := func(m *nats.Msg) {
 		if !t.c.leaseHeld() || t.isDeposed() {
 			// The lease may have passed to a successor: answer nothing
 			// from this term's memory.
@@ -123,6 +139,16 @@ func (t *term) serve(h wire.Handler) nats.MsgHandler {
 		if rerr := wire.Respond(m, body, err); rerr != nil {
 			t.log.Debug().Err(rerr).Msg("reply")
 		}
+	}
+	if !async {
+		return answer
+	}
+	return func(m *nats.Msg) {
+		t.wg.Add(1)
+		go func() {
+			defer t.wg.Done()
+			answer(m)
+		}()
 	}
 }
 
@@ -164,5 +190,8 @@ func (t *term) close() {
 		_ = s.Unsubscribe()
 	}
 	t.cancel()
+	if t.bc != nil {
+		t.bc.Close()
+	}
 	t.wg.Wait()
 }

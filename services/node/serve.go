@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sync"
 	"time"
 
@@ -89,7 +90,11 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 		defer n.loops.Done()
 		select {
 		case <-w.Done():
-			n.log.Warn().Err(w.Err()).Str("pchannel", p.String()).Msg("wal stopped")
+			ev := n.log.Warn()
+			if errors.Is(w.Err(), streamwal.ErrClosed) {
+				ev = n.log.Debug()
+			}
+			ev.Err(w.Err()).Str("pchannel", p.String()).Msg("wal stopped")
 			n.drop(p, w)
 		case <-n.stop:
 		}

@@ -141,3 +141,35 @@ type Collections struct {
 	CChannel    string              `json:"cchannel"`
 	Collections map[string][]string `json:"collections"`
 }
+
+// BroadcastRequest asks the coordinator to broadcast a message of a
+// broadcast type. Its targets follow the type's dispatch: VChannels (the
+// coordinator adds the CChannel where the type takes it), or every
+// PChannel for a cluster barrier (VChannels empty).
+type BroadcastRequest struct {
+	Type      string   `json:"type"`
+	VChannels []string `json:"vchannels,omitempty"`
+	// DBName, CollectionName and SnapshotName scope the resource keys.
+	DBName         string `json:"db_name,omitempty"`
+	CollectionName string `json:"collection_name,omitempty"`
+	SnapshotName   string `json:"snapshot_name,omitempty"`
+	Payload        []byte `json:"payload,omitempty"`
+	// IdempotencyKey makes a retry return the original's result.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// AppendFirst is a VChannel target appended before every other.
+	AppendFirst string `json:"append_first,omitempty"`
+}
+
+// BroadcastReply is the broadcast's ID and where each target's replica
+// landed, by target name.
+type BroadcastReply struct {
+	ID       uint64                  `json:"id"`
+	Appended map[string]AppendResult `json:"appended"`
+}
+
+// BroadcastAckRequest acknowledges one target of an AckSyncUp broadcast
+// from the consuming side.
+type BroadcastAckRequest struct {
+	ID     uint64 `json:"id"`
+	Target string `json:"target"`
+}
