@@ -436,6 +436,9 @@ func (ctl *control) handleAllocate(ctx context.Context, data []byte) (any, error
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err
 	}
+	if req.Lookup {
+		req.Shards = 1
+	}
 	if req.CollectionID <= 0 || req.Shards <= 0 || req.Shards > len(ctl.channels) {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "allocate collection %d with %d shards: want a positive id and 1 to %d shards", req.CollectionID, req.Shards, len(ctl.channels))
 	}
@@ -452,6 +455,9 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 	key := strconv.FormatInt(req.CollectionID, 10)
 	if vs, ok := ctl.alloc.Collections[key]; ok {
 		return wire.AllocateReply{VChannels: vs}, nil
+	}
+	if req.Lookup {
+		return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d has no vchannels", req.CollectionID)
 	}
 	order := slices.Clone(ctl.channels)
 	slices.SortStableFunc(order, func(a, b *wire.Assignment) int { return a.VChannels - b.VChannels })

@@ -269,6 +269,7 @@ func (n *Node) shutdown(graceful bool) {
 		n.unsubscribe()
 		chans := n.takeChannels()
 		for _, ch := range chans {
+			withdrawLocal(n.cfg.Codec.Cluster(), ch.wal)
 			_ = ch.sub.Unsubscribe()
 		}
 		if graceful {

@@ -85,6 +85,7 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 		return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe appends of %s: %v", p, err)
 	}
 	n.channels[p] = &channel{wal: w, sub: sub}
+	publishLocal(n.cfg.Codec.Cluster(), w)
 	n.loops.Add(1)
 	go func() {
 		defer n.loops.Done()
@@ -104,6 +105,7 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 
 // drop stops serving p if w is still its WAL, and closes w.
 func (n *Node) drop(p streamwal.PChannel, w *wal.WAL) {
+	withdrawLocal(n.cfg.Codec.Cluster(), w)
 	n.mu.Lock()
 	ch, ok := n.channels[p]
 	if ok && ch.wal == w {

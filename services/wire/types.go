@@ -83,6 +83,9 @@ type AppendResult struct {
 type AllocateRequest struct {
 	CollectionID int64 `json:"collection_id"`
 	Shards       int   `json:"shards"`
+	// Lookup only returns the VChannels of an allocated collection (an
+	// invalid argument if it has none); it never allocates.
+	Lookup bool `json:"lookup,omitempty"`
 }
 
 // AllocateReply names them (the same ones on a repeated request).

@@ -1,0 +1,291 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/attribute"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// AppendResult is where an appended message landed.
+type AppendResult struct {
+	ID            messages.MessageID
+	TimeTick      messages.TimeTick
+	LastConfirmed messages.MessageID
+	// Txn is the transaction context of a transaction message (a
+	// BeginTxn's carries the TxnID the WAL assigned).
+	Txn *messages.TxnContext
+}
+
+// Append appends msgs, each to its VChannel (or PChannel), and returns
+// where each landed, in order. Messages without a message ID get one.
+// Messages of a transaction go through a Txn instead.
+func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]AppendResult, error) {
+	ctx, span := c.tracer.Start(ctx, "wal.dist_append")
+	defer span.End()
+	span.SetAttributes(attribute.Int("messages", len(msgs)))
+	entries := make([]*entry, len(msgs))
+	for i, m := range msgs {
+		e, err := c.newEntry(ctx, m, true)
+		if err != nil {
+			return nil, err
+		}
+		entries[i] = e
+	}
+	for _, e := range entries {
+		if err := c.enqueue(e); err != nil {
+			return nil, err
+		}
+	}
+	return collect(entries)
+}
+
+// newEntry validates and encodes one message for the batchers.
+func (c *Client) newEntry(ctx context.Context, m *messages.MutableMessage, retry bool) (*entry, error) {
+	if m == nil {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "append of a nil message")
+	}
+	if retry {
+		if m.Txn() != nil || m.Type().Is(messages.FlagTxnControl) {
+			return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "%s belongs to a transaction: append it through a Txn", m.Type())
+		}
+		if m.MsgID() == "" {
+			if err := m.SetMsgID("c-" + nuid.Next()); err != nil {
+				return nil, err
+			}
+		}
+	}
+	nm, err := c.codec.Encode(m)
+	if err != nil {
+		return nil, err
+	}
+	return &entry{ctx: ctx, m: m, wm: wire.Message{Subject: nm.Subject, Header: nm.Header, Data: nm.Data},
+		retry: retry, done: make(chan struct{})}, nil
+}
+
+// collect waits for every entry and returns the results or the first
+// error.
+func collect(entries []*entry) ([]AppendResult, error) {
+	out := make([]AppendResult, len(entries))
+	var first error
+	for i, e := range entries {
+		<-e.done
+		if e.err != nil && first == nil {
+			first = e.err
+		}
+		out[i] = e.res
+	}
+	if first != nil {
+		return nil, first
+	}
+	return out, nil
+}
+
+// entry is one message on its way.
+type entry struct {
+	ctx     context.Context
+	m       *messages.MutableMessage
+	wm      wire.Message
+	retry   bool // retried on retriable errors (it has a message ID)
+	sent    bool // went out at least once
+	backoff *backoff.ExponentialBackOff
+	done    chan struct{}
+	res     AppendResult
+	err     error
+}
+
+// finish resolves an entry.
+func (e *entry) finish(res AppendResult, err error) {
+	e.res, e.err = res, err
+	close(e.done)
+}
+
+// expired resolves an entry whose caller gave up.
+func (e *entry) expired() {
+	err := e.ctx.Err()
+	if e.sent {
+		err = streamwal.Errorf(streamwal.CodeUnknownOutcome, "append of %s in flight when the caller gave up: %w", e.m.MsgID(), err)
+	}
+	e.finish(AppendResult{}, err)
+}
+
+// enqueue hands an entry to its PChannel's batcher.
+func (c *Client) enqueue(e *entry) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return errClosed()
+	}
+	b := c.batchers[e.m.PChannel()]
+	if b == nil {
+		b = &batcher{c: c, p: e.m.PChannel()}
+		c.batchers[e.m.PChannel()] = b
+	}
+	c.mu.Unlock()
+	b.enqueue(e)
+	return nil
+}
+
+// batcher coalesces the appends of one PChannel into requests.
+type batcher struct {
+	c        *Client
+	p        streamwal.PChannel
+	mu       sync.Mutex
+	queue    []*entry
+	inflight int
+	closed   bool
+}
+
+// enqueue queues e and sends what can go.
+func (b *batcher) enqueue(e *entry) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		e.finish(AppendResult{}, errClosed())
+		return
+	}
+	b.queue = append(b.queue, e)
+	b.kickLocked()
+}
+
+// kickLocked sends queued entries while fewer than maxInFlight requests
+// are out.
+func (b *batcher) kickLocked() {
+	for b.inflight < b.c.opts.maxInFlight && len(b.queue) > 0 {
+		var batch []*entry
+		for len(b.queue) > 0 && len(batch) < b.c.opts.maxBatch {
+			e := b.queue[0]
+			b.queue = b.queue[1:]
+			if e.ctx.Err() != nil {
+				e.expired()
+				continue
+			}
+			batch = append(batch, e)
+		}
+		if len(batch) == 0 {
+			return
+		}
+		b.inflight++
+		b.c.wg.Add(1)
+		go b.send(batch)
+	}
+}
+
+// send makes one request (or one local call) and settles its entries.
+func (b *batcher) send(batch []*entry) {
+	defer b.c.wg.Done()
+	results, err := b.c.deliver(b.p, batch)
+	for i, e := range batch {
+		e.sent = true
+		r := err
+		if r == nil {
+			r = results[i].Error.Err()
+		}
+		if r == nil {
+			e.finish(resultOf(results[i]), nil)
+			continue
+		}
+		b.retry(e, r)
+	}
+	b.mu.Lock()
+	b.inflight--
+	b.kickLocked()
+	b.mu.Unlock()
+}
+
+// retry requeues e after a backoff if its error is worth a retry, or
+// resolves it with the error.
+func (b *batcher) retry(e *entry, err error) {
+	if !e.retry || !retriable(err) {
+		e.finish(AppendResult{}, err)
+		return
+	}
+	if e.backoff == nil {
+		e.backoff = backoff.NewExponentialBackOff()
+		e.backoff.InitialInterval = 10 * time.Millisecond
+		e.backoff.MaxInterval = b.c.opts.retryMax
+	}
+	delay := e.backoff.NextBackOff()
+	b.c.wg.Add(1)
+	go func() {
+		defer b.c.wg.Done()
+		if sleep(e.ctx, delay) != nil {
+			e.expired()
+			return
+		}
+		b.enqueue(e)
+	}()
+}
+
+// close fails what is queued; what is in flight completes.
+func (b *batcher) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	for _, e := range b.queue {
+		e.finish(AppendResult{}, errClosed())
+	}
+	b.queue = nil
+}
+
+// deliver appends a batch to p: directly to a WAL served in this process,
+// or as one request on p's append subject.
+func (c *Client) deliver(p streamwal.PChannel, batch []*entry) ([]wire.AppendResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout)
+	defer cancel()
+	if c.opts.local {
+		if w, ok := node.Local(c.opts.cluster, p); ok {
+			msgs := make([]*messages.MutableMessage, len(batch))
+			for i, e := range batch {
+				msgs[i] = e.m.Clone()
+			}
+			out, errs := w.AppendMany(ctx, msgs)
+			results := make([]wire.AppendResult, len(batch))
+			for i := range batch {
+				results[i] = localResult(out[i], errs[i])
+			}
+			return results, nil
+		}
+	}
+	req := wire.AppendRequest{Messages: make([]wire.Message, len(batch))}
+	for i, e := range batch {
+		req.Messages[i] = e.wm
+	}
+	var reply wire.AppendReply
+	if err := wire.Call(ctx, c.nc, c.opts.cluster.AppendSubject(p), req, &reply); err != nil {
+		return nil, err
+	}
+	if len(reply.Results) != len(batch) {
+		return nil, streamwal.Errorf(streamwal.CodeInternal, "append reply with %d results for %d messages", len(reply.Results), len(batch))
+	}
+	return reply.Results, nil
+}
+
+// localResult is the wire form of a local append's outcome.
+func localResult(m *messages.ImmutableMessage, err error) wire.AppendResult {
+	if err != nil {
+		return wire.AppendResult{Error: wire.ErrorOf(err)}
+	}
+	r := wire.AppendResult{ID: m.ID(), TimeTick: m.TimeTick(), LastConfirmed: m.LastConfirmed()}
+	if tc := m.Txn(); tc != nil {
+		r.TxnID, r.Keepalive = tc.ID, tc.Keepalive
+	}
+	return r
+}
+
+// resultOf converts a wire result.
+func resultOf(r wire.AppendResult) AppendResult {
+	out := AppendResult{ID: r.ID, TimeTick: r.TimeTick, LastConfirmed: r.LastConfirmed}
+	if r.TxnID != 0 {
+		out.Txn = &messages.TxnContext{ID: r.TxnID, Keepalive: r.Keepalive}
+	}
+	return out
+}

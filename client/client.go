@@ -1,0 +1,221 @@
+// Package client is the StreamingClient (DESIGN.md §3): the Go library
+// through which a service appends, runs transactions, broadcasts and reads,
+// without knowing which node owns what.
+//
+// # Appending
+//
+// Append sends each message to its PChannel's append subject, answered
+// only by the PChannel's current owner. Concurrent appends to one
+// PChannel are coalesced: while a request is in flight, later messages
+// wait and go out together in the next one (at most WithMaxBatch messages
+// a request, WithMaxInFlight requests a PChannel). Every message gets a
+// client-generated message ID on its first attempt, so a retry of one that
+// did land returns the stored message instead of writing it twice; errors
+// that say the owner is moving, unreachable or was replaced are retried
+// with exponential backoff until the caller's context ends. What is left
+// comes back as a typed error (errors.Is with the streamwal sentinels).
+//
+// Messages of a transaction carry no message ID and are never retried: a
+// body that may not have landed ends its transaction, and the caller
+// starts a new one.
+//
+// # Local bypass
+//
+// When a node of the same process serves the PChannel (an embedded
+// deployment), Append calls its WAL directly, with the same semantics and
+// errors; WithoutLocalBypass turns this off.
+//
+// # Reading
+//
+// Read opens a read-pipeline scanner (package read) straight on JetStream,
+// with no node in the path: TimeTick order, transactions assembled, a
+// watermark, a Go iterator; JetStream's ordered consumer carries it
+// through node failover and reconnects.
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// Defaults.
+const (
+	DefaultCluster     = "local"
+	DefaultTimeout     = 5 * time.Second
+	DefaultMaxBatch    = 256
+	DefaultMaxInFlight = 4
+)
+
+// options are the client's settings.
+type options struct {
+	cluster     streamwal.Cluster
+	registry    *messages.Registry
+	timeout     time.Duration
+	maxBatch    int
+	maxInFlight int
+	retryMax    time.Duration
+	local       bool
+	logger      zerolog.Logger
+	tracer      trace.TracerProvider
+}
+
+// Option configures a client.
+type Option func(*options)
+
+// WithCluster names the streamwal cluster (default "local").
+func WithCluster(c streamwal.Cluster) Option { return func(o *options) { o.cluster = c } }
+
+// WithRegistry sets the message types (default: the built-ins).
+func WithRegistry(r *messages.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithTimeout bounds one request to a node or the coordinator (default
+// 5 s); the caller's context bounds the whole call, retries included.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithMaxBatch bounds the messages coalesced into one append request.
+func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
+
+// WithMaxInFlight bounds the append requests in flight per PChannel.
+func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
+
+// WithRetryMaxInterval caps the backoff between retries (default 1 s).
+func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.retryMax = d } }
+
+// WithoutLocalBypass always goes through NATS, even to a node in this
+// process.
+func WithoutLocalBypass() Option { return func(o *options) { o.local = false } }
+
+// WithLogger sets the logger (default: none).
+func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithTracerProvider sets the OpenTelemetry tracer provider (default:
+// none).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+
+// Client is a connection to a streamwal cluster. It is safe for concurrent
+// use.
+type Client struct {
+	nc      *nats.Conn
+	ownsNC  bool
+	opts    options
+	codec   *messages.Codec
+	backend *jetstream.JetStream
+	tracer  trace.Tracer
+
+	mu       sync.Mutex
+	batchers map[streamwal.PChannel]*batcher
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+// Connect dials a NATS URL and returns a client that closes the connection
+// when it is closed.
+func Connect(url string, opts ...Option) (*Client, error) {
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("streamwal-client"))
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect %s: %v", url, err)
+	}
+	c, err := New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	c.ownsNC = true
+	return c, nil
+}
+
+// New returns a client on an existing connection, which stays the
+// caller's.
+func New(nc *nats.Conn, opts ...Option) (*Client, error) {
+	o := options{cluster: DefaultCluster, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch,
+		maxInFlight: DefaultMaxInFlight, retryMax: time.Second, local: true, logger: zerolog.Nop(),
+		tracer: noop.NewTracerProvider()}
+	for _, f := range opts {
+		f(&o)
+	}
+	if nc == nil {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client needs a connection")
+	}
+	if o.timeout <= 0 || o.maxBatch <= 0 || o.maxInFlight <= 0 || o.retryMax <= 0 {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client timeout, batch, in-flight and retry bounds must be positive")
+	}
+	codec, err := messages.NewCodec(o.cluster, o.registry)
+	if err != nil {
+		return nil, err
+	}
+	be, err := jetstream.New(nc, codec, jetstream.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{nc: nc, opts: o, codec: codec, backend: be, tracer: o.tracer.Tracer("streamwal/client"),
+		batchers: map[streamwal.PChannel]*batcher{}}, nil
+}
+
+// Codec builds the messages to append (codec.New, codec.NewBody, ...).
+func (c *Client) Codec() *messages.Codec { return c.codec }
+
+// Cluster is the cluster the client talks to.
+func (c *Client) Cluster() streamwal.Cluster { return c.opts.cluster }
+
+// Close stops the client: appends still queued fail with
+// streamwal.ErrClosed, and the connection is closed if Connect opened it.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	bs := c.batchers
+	c.batchers = map[streamwal.PChannel]*batcher{}
+	c.mu.Unlock()
+	for _, b := range bs {
+		b.close()
+	}
+	c.wg.Wait()
+	_ = c.backend.Close()
+	if c.ownsNC {
+		c.nc.Close()
+	}
+	return nil
+}
+
+// errClosed refuses work after Close.
+func errClosed() error { return streamwal.Errorf(streamwal.CodeClosed, "client is closed") }
+
+// retriable reports whether an error leaves a retry worth trying: the
+// error is retriable, or it came from an owner that was replaced meanwhile
+// (fenced, closed), or the outcome is unknown for a message whose ID makes
+// a retry safe.
+func retriable(err error) bool {
+	if streamwal.IsRetriable(err) {
+		return true
+	}
+	switch streamwal.CodeOf(err) {
+	case streamwal.CodeFenced, streamwal.CodeClosed, streamwal.CodeUnknownOutcome:
+		return true
+	}
+	return false
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
