@@ -40,10 +40,8 @@ func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) (
 		}
 		entries[i] = e
 	}
-	for _, e := range entries {
-		if err := c.enqueue(e); err != nil {
-			return nil, err
-		}
+	if err := c.enqueue(entries...); err != nil {
+		return nil, err
 	}
 	return collect(entries)
 }
@@ -117,20 +115,32 @@ func (e *entry) expired() {
 	e.finish(AppendResult{}, err)
 }
 
-// enqueue hands an entry to its PChannel's batcher.
-func (c *Client) enqueue(e *entry) error {
+// enqueue hands entries to their PChannels' batchers; the entries of one
+// PChannel are queued together, so that they go out in order, in one
+// request when they fit.
+func (c *Client) enqueue(entries ...*entry) error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return errClosed()
 	}
-	b := c.batchers[e.m.PChannel()]
-	if b == nil {
-		b = &batcher{c: c, p: e.m.PChannel()}
-		c.batchers[e.m.PChannel()] = b
+	groups := map[*batcher][]*entry{}
+	var order []*batcher
+	for _, e := range entries {
+		b := c.batchers[e.m.PChannel()]
+		if b == nil {
+			b = &batcher{c: c, p: e.m.PChannel()}
+			c.batchers[e.m.PChannel()] = b
+		}
+		if groups[b] == nil {
+			order = append(order, b)
+		}
+		groups[b] = append(groups[b], e)
 	}
 	c.mu.Unlock()
-	b.enqueue(e)
+	for _, b := range order {
+		b.enqueue(groups[b]...)
+	}
 	return nil
 }
 
@@ -144,15 +154,17 @@ type batcher struct {
 	closed   bool
 }
 
-// enqueue queues e and sends what can go.
-func (b *batcher) enqueue(e *entry) {
+// enqueue queues entries and sends what can go.
+func (b *batcher) enqueue(entries ...*entry) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		e.finish(AppendResult{}, errClosed())
+		for _, e := range entries {
+			e.finish(AppendResult{}, errClosed())
+		}
 		return
 	}
-	b.queue = append(b.queue, e)
+	b.queue = append(b.queue, entries...)
 	b.kickLocked()
 }
 

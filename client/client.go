@@ -8,7 +8,9 @@
 // only by the PChannel's current owner. Concurrent appends to one
 // PChannel are coalesced: while a request is in flight, later messages
 // wait and go out together in the next one (at most WithMaxBatch messages
-// a request, WithMaxInFlight requests a PChannel). Every message gets a
+// a request, WithMaxInFlight requests a PChannel). The messages of one
+// Append call to one PChannel land in order when they fit in one request;
+// concurrent calls are not ordered among themselves. Every message gets a
 // client-generated message ID on its first attempt, so a retry of one that
 // did land returns the stored message instead of writing it twice; errors
 // that say the owner is moving, unreachable or was replaced are retried

@@ -71,10 +71,8 @@ func (t *Txn) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]A
 		}
 		entries[i] = e
 	}
-	for _, e := range entries {
-		if err := t.c.enqueue(e); err != nil {
-			return nil, err
-		}
+	if err := t.c.enqueue(entries...); err != nil {
+		return nil, err
 	}
 	return collect(entries)
 }
