@@ -453,7 +453,6 @@ func TestRepeatedCoordinatorTakeover(t *testing.T) {
 // TestTakeoverViewListsLiveNodes: after a takeover, the view lists the
 // live nodes once the new coordinator has heard from them.
 func TestTakeoverViewListsLiveNodes(t *testing.T) {
-	t.Skip("bug: after a coordinator takeover the view lists no nodes (Nodes: []) until some assignment changes: newControl publishes the view before any node was heard of, and onNode does not publish a join that moves nothing; fix: publish (ctl.save(nil)) in onNode when a node joins or restarts")
 	s := startCluster(t, 2, 1)
 	before := waitServing(t, s, true)
 	old, ok := s.Active()
@@ -469,7 +468,6 @@ func TestTakeoverViewListsLiveNodes(t *testing.T) {
 // moves no PChannel: the successor waits to have heard from every live
 // node before it treats a PChannel's owner as dead.
 func TestTakeoverKeepsAssignmentsOfEveryNode(t *testing.T) {
-	t.Skip("bug: after a takeover the successor schedules on the first node event it gets, when only one of the live nodes is known, so the PChannels of the others count as orphans and move (term+1), then move back on the next join (term+2); fix: do not schedule until watchNodes has delivered the initial snapshot of the nodes bucket (its nil marker), or seed the members from the persisted ASSIGNED owners with lastSeen = now")
 	s := startCluster(t, 2, 2)
 	before := waitServing(t, s, true)
 	w := newWriter(t, s, 16)
@@ -493,7 +491,6 @@ func TestTakeoverKeepsAssignmentsOfEveryNode(t *testing.T) {
 // TestNodeCrashReturnsPromptly: crashing a node (its connection dropped,
 // then Node.Crash) returns at once: a crash waits for nothing.
 func TestNodeCrashReturnsPromptly(t *testing.T) {
-	t.Skip("bug: StopNode(id, true) / Node.Crash can block for tens of seconds (3 s to 70 s seen with 8 PChannels) when appends were in flight: node.shutdown closes the WALs one after another; each WAL.Close waits for its sync, which holds the WAL's mutex while remoteOracle.Allocate retries the closed connection for oracleBudget (5 s), and then for the jetstream writer, which on a closed connection waits for its in-flight batches' acks (AckTimeout 5 s) or its close budget (3 s); fix: on a crash do not wait for the WALs (or close them concurrently), cancel the oracle call on Close / a closed connection, and let the jetstream sequencer fail its in-flight batches at once when the connection is closed")
 	s := startCluster(t, 1, 2)
 	before := waitServing(t, s, true)
 	w := newWriter(t, s, 16)
@@ -514,7 +511,6 @@ func TestNodeCrashReturnsPromptly(t *testing.T) {
 // answers, as during a takeover or once System.Close has stopped the
 // coordinators.
 func TestNodeClosesWithinBudgetWithoutCoordinator(t *testing.T) {
-	t.Skip("bug: Node.Close takes up to 5 s per PChannel while no coordinator answers (tens of seconds for 16; System.Close, which stops the coordinators first, hits it): WAL.Sync holds the WAL's mutex while remoteOracle.Allocate retries for oracleBudget (5 s, context.Background, not cut short by Close), so each WAL.Close waits for it, one WAL after another in node.shutdown; fix: draw the sync's TimeTick without holding w.mu across the remote call or with a context that Close cancels, and close a node's WALs concurrently within CloseBudget")
 	s := startCluster(t, 1, 1)
 	before := waitServing(t, s, true)
 	w := newWriter(t, s, 16)

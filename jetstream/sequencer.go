@@ -61,14 +61,16 @@ type ack struct {
 
 // sequencer is the goroutine-owned state of a writer.
 type sequencer struct {
-	w        *writer
-	nc       *nats.Conn
-	inbox    string
-	sub      *nats.Subscription
-	replies  chan *nats.Msg   // commit and publish acks, straight from the connection
-	status   chan nats.Status // reconnections of the connection
-	queue    []*AppendFuture  // taken, not yet sent, in order
-	inflight []*batch
+	w       *writer
+	nc      *nats.Conn
+	inbox   string
+	sub     *nats.Subscription
+	replies chan *nats.Msg   // commit and publish acks, straight from the connection
+	status  chan nats.Status // reconnections of the connection
+	// closedConn signals that the connection closed for good.
+	closedConn chan nats.Status
+	queue      []*AppendFuture // taken, not yet sent, in order
+	inflight   []*batch
 	// inflightMsgs and inflightBatches count what inflight holds.
 	inflightMsgs, inflightBatches int
 	tail                          uint64 // the last sequence once every in-flight batch landed
@@ -105,6 +107,7 @@ func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 	}
 	s.sub = sub
 	s.status = s.nc.StatusChanged(nats.CONNECTED)
+	s.closedConn = s.nc.StatusChanged(nats.CLOSED)
 	return s, nil
 }
 
@@ -113,12 +116,14 @@ func (s *sequencer) run() {
 	defer close(s.w.done)
 	defer func() { _ = s.sub.Unsubscribe() }()
 	defer s.nc.RemoveStatusListener(s.status)
+	defer s.nc.RemoveStatusListener(s.closedConn)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for s.fatal == nil {
 		s.collect()
 		s.send()
-		if s.closing && (len(s.queue) == 0 && len(s.inflight) == 0 || time.Now().After(s.closeBy)) {
+		// A closed connection will answer nothing more: stop at once.
+		if s.closing && (len(s.queue) == 0 && len(s.inflight) == 0 || time.Now().After(s.closeBy) || s.nc.IsClosed()) {
 			break
 		}
 		s.arm(timer)
@@ -132,6 +137,8 @@ func (s *sequencer) run() {
 			s.onTimer()
 		case <-s.status:
 			s.onReconnect()
+		case <-s.closedConn:
+			s.fatal = streamwal.Errorf(streamwal.CodeUnavailable, "writer of %s: the connection is closed", s.w.p)
 		case <-s.w.closeReq:
 			if !s.closing {
 				s.closing, s.closeBy = true, time.Now().Add(closeBudget)
@@ -642,14 +649,16 @@ func (s *sequencer) drain() {
 				wait = max(wait, time.Until(b.deadline))
 			}
 		}
-		if wait < 0 {
-			return
+		if wait < 0 || s.nc.IsClosed() {
+			return // nothing due, or nothing will come on a closed connection
 		}
 		select {
 		case m := <-s.replies:
 			if a, ok := s.parseReply(m); ok {
 				_ = s.noteAck(a) // drain runs inside recovery
 			}
+		case <-s.closedConn:
+			return
 		case <-time.After(wait):
 			for _, b := range s.inflight {
 				if b.failed == nil {

@@ -17,6 +17,6 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newServeCmd(), newStatusCmd(), newCollectionCmd(), newAppendCmd(), newTailCmd())
+	root.AddCommand(newServeCmd(), newStatusCmd(), newCollectionCmd(), newAppendCmd(), newTailCmd(), newBenchCmd())
 	return root
 }

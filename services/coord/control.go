@@ -76,12 +76,28 @@ func newControl(ctx context.Context, t *term) (*control, error) {
 	if err := ctl.loadAllocation(ctx, names[0]); err != nil {
 		return nil, err
 	}
+	ctl.seedMembers()
 	ctl.view.Epoch = t.epoch
 	ctl.view.Leader = c.cfg.ID
 	if err := ctl.publish(ctx); err != nil {
 		return nil, err
 	}
 	return ctl, nil
+}
+
+// seedMembers counts the owners of the persisted assignments as alive
+// (session unknown) until NodeTTL says otherwise, so that a new active
+// coordinator does not move PChannels of nodes it has not heard from yet.
+func (ctl *control) seedMembers() {
+	for _, a := range ctl.channels {
+		if a.Node == "" || a.State != wire.Assigned && a.State != wire.Assigning {
+			continue
+		}
+		id := streamwal.NodeID(a.Node)
+		if _, ok := ctl.nodes[id]; !ok {
+			ctl.nodes[id] = &member{lastSeen: time.Now()}
+		}
+	}
 }
 
 // pchannelNames are the cluster's PChannels: the persisted view's, or the
@@ -233,6 +249,12 @@ func (ctl *control) onNode(ev nodeEvent) {
 		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node joined")
 		ctl.nodes[ev.id] = &member{session: ev.record.Session, lastSeen: time.Now()}
 		ctl.rebalance = true
+		ctl.save(nil)
+	case m.session == "":
+		// Seeded from the persisted assignments at takeover: the first
+		// heartbeat tells its session.
+		m.session, m.lastSeen = ev.record.Session, time.Now()
+		ctl.save(nil)
 	case m.session != ev.record.Session:
 		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node restarted")
 		ctl.lose(ev.id)

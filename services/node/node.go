@@ -275,9 +275,15 @@ func (n *Node) shutdown(graceful bool) {
 		if graceful {
 			n.waitRequests()
 		}
+		var closing sync.WaitGroup
 		for _, ch := range chans {
-			_ = ch.wal.Close()
+			closing.Add(1)
+			go func() {
+				defer closing.Done()
+				_ = ch.wal.Close()
+			}()
 		}
+		closing.Wait()
 		if graceful {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			if err := n.nodes.Delete(ctx, streamwal.NodeKey(n.cfg.ID)); err != nil {

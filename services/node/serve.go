@@ -239,7 +239,7 @@ func (o *remoteOracle) Allocate(ctx context.Context, n uint32) (messages.TimeTic
 		if err == nil {
 			return reply.First, nil
 		}
-		if !streamwal.IsRetriable(err) {
+		if !streamwal.IsRetriable(err) || o.nc.IsClosed() {
 			return 0, err
 		}
 		select {

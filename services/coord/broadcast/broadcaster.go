@@ -275,7 +275,7 @@ func (b *Broadcaster) Broadcast(ctx context.Context, req Request) (Result, error
 		r := b.idem[idem]
 		b.mu.Unlock()
 		if r != nil {
-			return wait(ctx, r)
+			return b.wait(ctx, r)
 		}
 	}
 	bm, err := b.cfg.Codec.NewBroadcast(req.Type, req.Targets, req.Scope, req.Payload)
@@ -286,7 +286,7 @@ func (b *Broadcaster) Broadcast(ctx context.Context, req Request) (Result, error
 	if err != nil {
 		return Result{}, err
 	}
-	return wait(ctx, r)
+	return b.wait(ctx, r)
 }
 
 // newTask locks, persists and starts a new task.
@@ -314,26 +314,51 @@ func (b *Broadcaster) newTask(ctx context.Context, req Request, bm *messages.Bro
 		t.PChannels = append(t.PChannels, p.String())
 	}
 	r := newRun(t, bm)
+	if prev := b.claimKey(idem, r); prev != nil {
+		return prev, nil // a concurrent retry got there first
+	}
 	if err := b.acquire(ctx, id, bm.Keys()); err != nil {
+		b.abandon(r, err)
 		return nil, err
 	}
 	if err := b.cfg.Store.Save(ctx, t); err != nil {
 		b.release(id)
+		b.abandon(r, err)
 		return nil, err
 	}
 	b.mu.Lock()
 	b.runs[id] = r
-	if idem != "" {
-		if prev := b.idem[idem]; prev != nil {
-			// A concurrent retry won the race; this task still runs.
-			b.log.Warn().Str("key", idem).Msg("idempotency key raced")
-		} else {
-			b.idem[idem] = r
-		}
-	}
 	b.mu.Unlock()
 	b.start(r, nil)
 	return r, nil
+}
+
+// claimKey registers r under its idempotency key before it waits for its
+// resource keys, so that a retry arriving meanwhile joins it; it returns
+// the run already registered, if any.
+func (b *Broadcaster) claimKey(idem string, r *run) *run {
+	if idem == "" {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if prev := b.idem[idem]; prev != nil {
+		return prev
+	}
+	b.idem[idem] = r
+	return nil
+}
+
+// abandon ends a task that never started: it leaves the idempotency
+// index, and whoever joined it gets the error.
+func (b *Broadcaster) abandon(r *run, err error) {
+	b.mu.Lock()
+	if r.task.IdemKey != "" && b.idem[r.task.IdemKey] == r {
+		delete(b.idem, r.task.IdemKey)
+	}
+	r.err = err
+	b.mu.Unlock()
+	close(r.done)
 }
 
 // acquire takes keys for id, waiting (bounded by ctx) for conflicting
@@ -390,11 +415,13 @@ func (b *Broadcaster) wakeLocked(ids []uint64, err error) {
 }
 
 // wait returns a task's result once it is done.
-func wait(ctx context.Context, r *run) (Result, error) {
+func (b *Broadcaster) wait(ctx context.Context, r *run) (Result, error) {
 	select {
 	case <-r.done:
 	case <-ctx.Done():
 		return Result{ID: r.task.ID}, streamwal.Errorf(streamwal.CodeUnavailable, "broadcast %d still running: %v", r.task.ID, ctx.Err())
+	case <-b.ctx.Done():
+		return Result{ID: r.task.ID}, streamwal.Errorf(streamwal.CodeShuttingDown, "broadcast %d: the broadcaster stopped; the next coordinator resumes it", r.task.ID)
 	}
 	if r.err != nil {
 		return Result{ID: r.task.ID}, r.err

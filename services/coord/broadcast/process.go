@@ -266,7 +266,7 @@ func (b *Broadcaster) runCallback(r *run) bool {
 	}
 	delay := 10 * time.Millisecond
 	for {
-		err := cb(b.ctx, r.task)
+		err := cb(b.ctx, b.snapshot(r))
 		if err == nil {
 			return true
 		}
@@ -304,27 +304,49 @@ func (b *Broadcaster) fail(r *run, err error) {
 	b.log.Error().Err(err).Uint64("broadcast", r.task.ID).Msg("broadcast stuck; it keeps its resource keys")
 	b.mu.Lock()
 	r.task.State, r.task.Error = Stuck, err.Error()
-	r.err = streamwal.Errorf(streamwal.CodeUnrecoverable, "broadcast %d: %v", r.task.ID, err)
+	r.err = streamwal.Errorf(streamwal.CodeUnrecoverable, "broadcast %d: %w", r.task.ID, err)
 	if i := slices.Index(b.queue, r); i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
 	}
 	b.mu.Unlock()
+	b.poke() // a task behind it may be complete
 	_ = b.save(r)
 	close(r.done)
 }
 
-// save persists a task; saves of one task are serialized.
+// save persists a task, retrying a failing store with backoff until it
+// succeeds or the broadcaster stops (then the next coordinator resumes
+// the task from what was saved before). Saves of one task are serialized.
 func (b *Broadcaster) save(r *run) error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
+	delay := 10 * time.Millisecond
+	for {
+		t := b.snapshot(r)
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		err := b.cfg.Store.Save(ctx, t)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		b.log.Warn().Err(err).Uint64("broadcast", t.ID).Msg("save task; retrying")
+		select {
+		case <-b.ctx.Done():
+			return errStopped
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+}
+
+// snapshot copies a task under the lock.
+func (b *Broadcaster) snapshot(r *run) *Task {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	t := *r.task
 	t.Appended = cloneMap(r.task.Appended)
 	t.Acked = cloneMap(r.task.Acked)
-	b.mu.Unlock()
-	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-	defer cancel()
-	return b.cfg.Store.Save(ctx, &t)
+	return &t
 }
 
 // cloneMap copies a map.

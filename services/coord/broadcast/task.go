@@ -52,8 +52,8 @@ type Task struct {
 	// Type is the message type's name; Scope what its keys are about.
 	Type  string            `json:"type"`
 	Scope messages.KeyScope `json:"scope"`
-	// VChannels are the VChannel targets (the CChannel among them when
-	// the type takes it), PChannels those of a cluster barrier.
+	// VChannels are the VChannel targets, CChannel the control channel
+	// when the type takes it, PChannels those of a cluster barrier.
 	VChannels []string `json:"vchannels,omitempty"`
 	CChannel  string   `json:"cchannel,omitempty"`
 	PChannels []string `json:"pchannels,omitempty"`

@@ -231,11 +231,11 @@ func (w *WAL) releaseIDs(op *appendOp) {
 
 // nextTimeTick draws a TimeTick above the floor.
 func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
-	tt, err := w.alloc.Next(context.Background())
+	tt, err := w.alloc.Next(w.alive)
 	if err == nil && tt <= w.floor {
 		// A stale batch, or an oracle behind the stream: draw anew once.
 		w.alloc.Reset()
-		tt, err = w.alloc.Next(context.Background())
+		tt, err = w.alloc.Next(w.alive)
 	}
 	if err != nil {
 		return 0, streamwal.Errorf(streamwal.CodeUnavailable, "allocate a timetick for %s: %w", w.cfg.PChannel, err)

@@ -46,7 +46,9 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
 	}
+	w.alive, w.kill = context.WithCancel(context.Background())
 	if err := w.recover(ctx); err != nil {
+		w.kill()
 		_ = wr.Close()
 		return nil, err
 	}

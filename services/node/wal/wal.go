@@ -41,7 +41,10 @@ type WAL struct {
 	syncer   *timetick.Syncer
 	stopped  error // set once the WAL takes no more appends
 
-	inflight  sync.WaitGroup
+	inflight sync.WaitGroup
+	// alive ends when Close starts, cutting short an oracle call.
+	alive     context.Context
+	kill      context.CancelFunc
 	stop      chan struct{}
 	loopDone  chan struct{}
 	closeOnce sync.Once
@@ -181,6 +184,7 @@ func (w *WAL) closeTxn(ctx context.Context, t *messages.Type, body any, v stream
 // writer. The stream is left as it is, for the next owner.
 func (w *WAL) Close() error {
 	w.closeOnce.Do(func() {
+		w.kill() // first: an oracle call in progress holds the mutex
 		w.mu.Lock()
 		if w.stopped == nil {
 			w.stopped = streamwal.Errorf(streamwal.CodeClosed, "wal of %s (term %d) is closed", w.cfg.PChannel, w.cfg.Term)
@@ -188,6 +192,9 @@ func (w *WAL) Close() error {
 		w.mu.Unlock()
 		close(w.stop)
 		<-w.loopDone
+		// The writer resolves what it holds within its own close budget;
+		// the appends in flight resolve with it.
+		_ = w.w.Close()
 		drained := make(chan struct{})
 		go func() { w.inflight.Wait(); close(drained) }()
 		select {
@@ -195,7 +202,6 @@ func (w *WAL) Close() error {
 		case <-time.After(closeBudget):
 			w.log.Warn().Msg("appends still in flight after the close budget")
 		}
-		_ = w.w.Close()
 	})
 	return nil
 }

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/jedib0t/go-pretty/v6/table"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/read"
+)
+
+// workloads are the bench workloads, in run order.
+var workloads = []string{"append", "txn", "read", "broadcast"}
+
+// benchFlags are the flags of `streamwal bench`.
+type benchFlags struct {
+	connFlags
+	workloads   []string
+	size        int
+	concurrency int
+	collections int
+	duration    time.Duration
+	progress    bool
+}
+
+// newBenchCmd is `streamwal bench`.
+func newBenchCmd() *cobra.Command {
+	f := &benchFlags{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure append, txn, read and broadcast against raw JetStream on the same server",
+		Long: "Runs each workload for --duration with --concurrency workers through streamwal, then the\n" +
+			"closest raw JetStream equivalent on the same server: append vs a synchronous publish,\n" +
+			"txn (begin, 2 bodies, commit) vs an atomic batch of 4, read vs an ordered consumer,\n" +
+			"broadcast (a CreateDatabase on the CChannel) vs a synchronous publish. Prints msgs/s and\n" +
+			"latency percentiles per workload and system (--json: one JSON object per line).",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
+	}
+	f.add(cmd)
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.workloads, "workload", workloads, "workloads to run: append, txn, read, broadcast")
+	fl.IntVar(&f.size, "size", 1024, "payload bytes")
+	fl.IntVar(&f.concurrency, "concurrency", 16, "concurrent workers")
+	fl.IntVar(&f.collections, "collections", 4, "collections (one VChannel each, spread over the PChannels)")
+	fl.DurationVar(&f.duration, "duration", 5*time.Second, "duration of each workload and system")
+	fl.BoolVar(&f.progress, "progress", true, "show a progress bar on standard error")
+	_ = fl.Set("timeout", "1h")
+	return cmd
+}
+
+// check validates the flags.
+func (f *benchFlags) check() error {
+	for _, w := range f.workloads {
+		if !slices.Contains(workloads, w) {
+			return fmt.Errorf("--workload %q: want %s", w, strings.Join(workloads, ", "))
+		}
+	}
+	switch {
+	case f.size < 0 || f.size > messages.DefaultMaxPayload:
+		return fmt.Errorf("--size must be 0 to %d", messages.DefaultMaxPayload)
+	case f.concurrency <= 0:
+		return fmt.Errorf("--concurrency must be positive")
+	case f.collections <= 0:
+		return fmt.Errorf("--collections must be positive")
+	case f.duration <= 0:
+		return fmt.Errorf("--duration must be positive")
+	}
+	return nil
+}
+
+// benchResult is one workload on one system.
+type benchResult struct {
+	Workload   string  `json:"workload"`
+	System     string  `json:"system"`
+	MsgsPerSec float64 `json:"msgs_per_sec"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	Ops        int64   `json:"ops"`
+}
+
+// bench holds what the workloads share.
+type bench struct {
+	f       *benchFlags
+	c       *client.Client
+	nc      *nats.Conn
+	js      njs.JetStream
+	vs      []streamwal.VChannel
+	payload []byte
+	errOut  io.Writer
+}
+
+// runBench runs the workloads and prints the results.
+func runBench(cmd *cobra.Command, f *benchFlags) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	c, ctx, cancel, err := f.connect(cmd)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer c.Close()
+	b, err := newBench(ctx, f, c, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer b.nc.Close()
+	var results []benchResult
+	for _, w := range f.workloads {
+		for _, sys := range []string{"streamwal", "jetstream"} {
+			r, err := b.run(ctx, w, sys)
+			if err != nil {
+				return fmt.Errorf("%s on %s: %w", w, sys, err)
+			}
+			results = append(results, r)
+			if f.json {
+				if err := printJSON(cmd.OutOrStdout(), r); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if !f.json {
+		printBench(cmd.OutOrStdout(), results)
+	}
+	return nil
+}
+
+// newBench creates the bench collections and a raw connection.
+func newBench(ctx context.Context, f *benchFlags, c *client.Client, errOut io.Writer) (*bench, error) {
+	nc, err := nats.Connect(f.server)
+	if err != nil {
+		return nil, err
+	}
+	js, err := njs.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	b := &bench{f: f, c: c, nc: nc, js: js, payload: make([]byte, f.size), errOut: errOut}
+	base := time.Now().UnixMilli() % 1_000_000_000 * 1000
+	for i := range f.collections {
+		col := client.Collection{DBName: "bench", Name: fmt.Sprintf("bench-%d", base+int64(i)), ID: base + int64(i) + 1}
+		vs, err := c.CreateCollection(ctx, col)
+		if err != nil {
+			nc.Close()
+			return nil, err
+		}
+		b.vs = append(b.vs, vs...)
+	}
+	return b, nil
+}
+
+// run measures one workload on one system.
+func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, error) {
+	op, perOp, err := b.op(ctx, workload, sys)
+	if err != nil {
+		return benchResult{}, err
+	}
+	hist := hdrhistogram.New(1, int64(time.Minute/time.Microsecond), 3)
+	var mu sync.Mutex
+	var ops atomic.Int64
+	var firstErr atomic.Pointer[error]
+	bar := b.progress(workload + " " + sys)
+	runCtx, cancel := context.WithTimeout(ctx, b.f.duration)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range b.f.concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; runCtx.Err() == nil; i++ {
+				t0 := time.Now()
+				if err := op(runCtx, w, i); err != nil {
+					if runCtx.Err() == nil {
+						firstErr.CompareAndSwap(nil, &err)
+						cancel()
+					}
+					return
+				}
+				mu.Lock()
+				_ = hist.RecordValue(time.Since(t0).Microseconds())
+				mu.Unlock()
+				ops.Add(1)
+				_ = bar.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	_ = bar.Finish()
+	if e := firstErr.Load(); e != nil {
+		return benchResult{}, *e
+	}
+	elapsed := time.Since(start).Seconds()
+	return benchResult{Workload: workload, System: sys, Ops: ops.Load(),
+		MsgsPerSec: float64(ops.Load()*int64(perOp)) / elapsed,
+		P50ms:      float64(hist.ValueAtQuantile(50)) / 1000, P99ms: float64(hist.ValueAtQuantile(99)) / 1000}, nil
+}
+
+// progress is a progress bar counting operations (silent without
+// --progress or with --json).
+func (b *bench) progress(name string) *progressbar.ProgressBar {
+	if !b.f.progress || b.f.json {
+		return progressbar.DefaultSilent(-1)
+	}
+	return progressbar.NewOptions(-1, progressbar.OptionSetWriter(b.errOut), progressbar.OptionSetDescription(name),
+		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionClearOnFinish())
+}
+
+// benchOp is one operation of a workload by worker w, i-th time.
+type benchOp func(ctx context.Context, w, i int) error
+
+// op returns a workload's operation on a system and how many messages one
+// operation moves.
+func (b *bench) op(ctx context.Context, workload, sys string) (benchOp, int, error) {
+	switch workload + "/" + sys {
+	case "append/streamwal":
+		return b.appendOp, 1, nil
+	case "txn/streamwal":
+		return b.txnOp, 4, nil
+	case "broadcast/streamwal":
+		return b.broadcastOp, 1, nil
+	case "read/streamwal":
+		return b.readStreamwal(ctx)
+	case "read/jetstream":
+		return b.readRaw(ctx)
+	}
+	subj, err := b.rawStream(ctx, workload)
+	if err != nil {
+		return nil, 0, err
+	}
+	if workload == "txn" {
+		return b.rawBatch(subj), 4, nil
+	}
+	return b.rawPublish(subj), 1, nil
+}
+
+// appendOp appends one insert.
+func (b *bench) appendOp(ctx context.Context, w, i int) error {
+	m, err := b.c.Codec().New(messages.TypeInsert, b.vs[(w+i)%len(b.vs)], b.payload)
+	if err != nil {
+		return err
+	}
+	_, err = b.c.Append(ctx, m)
+	return err
+}
+
+// txnOp runs a transaction of two bodies.
+func (b *bench) txnOp(ctx context.Context, w, i int) error {
+	v := b.vs[(w+i)%len(b.vs)]
+	t, err := b.c.BeginTxn(ctx, v, 0)
+	if err != nil {
+		return err
+	}
+	var body []*messages.MutableMessage
+	for range 2 {
+		m, err := b.c.Codec().New(messages.TypeInsert, v, b.payload)
+		if err != nil {
+			return err
+		}
+		body = append(body, m)
+	}
+	if _, err := t.Append(ctx, body...); err != nil {
+		return err
+	}
+	_, err = t.Commit(ctx)
+	return err
+}
+
+// broadcastOp broadcasts a CreateDatabase of a fresh database.
+func (b *bench) broadcastOp(ctx context.Context, _, _ int) error {
+	name := "benchdb-" + nuid.Next()
+	_, err := b.c.Broadcast(ctx, client.BroadcastRequest{Type: messages.TypeCreateDatabase,
+		Scope: messages.KeyScope{DBName: name}, Payload: b.payload})
+	return err
+}
+
+// readStreamwal reads the bench VChannels from the start, each worker one
+// VChannel at a time, through the read pipeline.
+func (b *bench) readStreamwal(context.Context) (benchOp, int, error) {
+	var mu sync.Mutex
+	scanners := map[int]*read.Scanner{}
+	return func(ctx context.Context, w, _ int) error {
+		mu.Lock()
+		s := scanners[w]
+		mu.Unlock()
+		if s == nil {
+			var err error
+			if s, err = b.c.Read(ctx, client.ReadOptions{VChannel: b.vs[w%len(b.vs)], Start: read.Earliest()}); err != nil {
+				return err
+			}
+			mu.Lock()
+			scanners[w] = s
+			mu.Unlock()
+			context.AfterFunc(ctx, func() { _ = s.Close() })
+		}
+		_, err := s.Next(ctx)
+		return err
+	}, 1, nil
+}
+
+// readRaw reads the raw append stream with one ordered consumer per
+// worker.
+func (b *bench) readRaw(ctx context.Context) (benchOp, int, error) {
+	name := b.rawName("append")
+	var mu sync.Mutex
+	iters := map[int]njs.MessagesContext{}
+	return func(ctx context.Context, w, _ int) error {
+		mu.Lock()
+		it := iters[w]
+		mu.Unlock()
+		if it == nil {
+			cons, err := b.js.OrderedConsumer(ctx, name, njs.OrderedConsumerConfig{})
+			if err != nil {
+				return err
+			}
+			if it, err = cons.Messages(); err != nil {
+				return err
+			}
+			mu.Lock()
+			iters[w] = it
+			mu.Unlock()
+			context.AfterFunc(ctx, it.Stop)
+		}
+		_, err := it.Next(njs.NextContext(ctx))
+		return err
+	}, 1, nil
+}
+
+// rawName is the raw stream of a workload.
+func (b *bench) rawName(workload string) string {
+	return "BENCH_RAW_" + strings.ToUpper(workload)
+}
+
+// rawStream creates (or reuses) the raw stream of a workload.
+func (b *bench) rawStream(ctx context.Context, workload string) (string, error) {
+	name := b.rawName(workload)
+	_, err := b.js.CreateOrUpdateStream(ctx, njs.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+		Storage: njs.FileStorage, AllowAtomicPublish: true})
+	return name + ".x", err
+}
+
+// rawPublish publishes one message and waits for its ack.
+func (b *bench) rawPublish(subj string) benchOp {
+	return func(ctx context.Context, _, _ int) error {
+		_, err := b.js.Publish(ctx, subj, b.payload)
+		return err
+	}
+}
+
+// rawBatch publishes an atomic batch of four messages.
+func (b *bench) rawBatch(subj string) benchOp {
+	return func(ctx context.Context, _, _ int) error {
+		batch := make([]*nats.Msg, 4)
+		for i := range batch {
+			batch[i] = &nats.Msg{Subject: subj, Data: b.payload, Header: nats.Header{}}
+		}
+		_, err := jetstreamext.PublishMsgBatch(ctx, b.js, batch)
+		return err
+	}
+}
+
+// printBench renders the results as a table, with streamwal's ratio to
+// raw JetStream.
+func printBench(w io.Writer, results []benchResult) {
+	t := table.NewWriter()
+	t.SetOutputMirror(w)
+	t.AppendHeader(table.Row{"Workload", "System", "msgs/s", "p50 ms", "p99 ms", "vs jetstream"})
+	raw := map[string]float64{}
+	for _, r := range results {
+		if r.System == "jetstream" {
+			raw[r.Workload] = r.MsgsPerSec
+		}
+	}
+	for _, r := range results {
+		ratio := ""
+		if r.System == "streamwal" && raw[r.Workload] > 0 {
+			ratio = fmt.Sprintf("%.2f", r.MsgsPerSec/raw[r.Workload])
+		}
+		t.AppendRow(table.Row{r.Workload, r.System, fmt.Sprintf("%.0f", r.MsgsPerSec), fmt.Sprintf("%.2f", r.P50ms), fmt.Sprintf("%.2f", r.P99ms), ratio})
+	}
+	t.Render()
+}
