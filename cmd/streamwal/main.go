@@ -1,9 +1,13 @@
 // Command streamwal runs and inspects a streamwal cluster.
 //
-//	streamwal serve    run an embedded NATS server with JetStream (and, as
-//	                   later capabilities land, the coordinator and a node)
+//	streamwal serve                    an embedded NATS server with a coordinator and a node
+//	streamwal status                   the coordinator, the nodes and every PChannel
+//	streamwal collection create|drop   a collection's lifecycle (broadcasts)
+//	streamwal append                   append to a VChannel (arguments or standard input)
+//	streamwal tail                     follow a VChannel or PChannel in TimeTick order
+//	streamwal bench                    workloads against raw JetStream on the same server
 //
-// Run `streamwal help` for the flags of each command.
+// Run `streamwal help <command>` for the flags of each command.
 package main
 
 import (
