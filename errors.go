@@ -138,6 +138,19 @@ func CodeOf(err error) Code {
 // IsRetriable reports whether err carries a retriable code.
 func IsRetriable(err error) bool { return CodeOf(err).Retriable() }
 
+// IsRetriableWithID reports whether an append whose messages carry their
+// own message IDs is worth retrying after err: err is retriable, or it
+// came from an owner replaced meanwhile (fenced, closed), or its outcome
+// is unknown. The IDs make a retry of what did land return the stored
+// message instead of writing it twice.
+func IsRetriableWithID(err error) bool {
+	switch CodeOf(err) {
+	case CodeFenced, CodeClosed, CodeUnknownOutcome:
+		return true
+	}
+	return IsRetriable(err)
+}
+
 // Sentinels for errors.Is; each matches every error of its code.
 var (
 	ErrInvalidArgument = &Error{Code: CodeInvalidArgument}

@@ -216,7 +216,7 @@ func (b *batcher) send(batch []*entry) {
 // retry requeues e after a backoff if its error is worth a retry, or
 // resolves it with the error.
 func (b *batcher) retry(e *entry, err error) {
-	if !e.retry || !retriable(err) {
+	if !e.retry || !streamwal.IsRetriableWithID(err) {
 		e.finish(AppendResult{}, err)
 		return
 	}
@@ -262,7 +262,7 @@ func (c *Client) deliver(p streamwal.PChannel, batch []*entry) ([]wire.AppendRes
 			out, errs := w.AppendMany(ctx, msgs)
 			results := make([]wire.AppendResult, len(batch))
 			for i := range batch {
-				results[i] = localResult(out[i], errs[i])
+				results[i] = wire.ResultOf(out[i], errs[i])
 			}
 			return results, nil
 		}
@@ -279,18 +279,6 @@ func (c *Client) deliver(p streamwal.PChannel, batch []*entry) ([]wire.AppendRes
 		return nil, streamwal.Errorf(streamwal.CodeInternal, "append reply with %d results for %d messages", len(reply.Results), len(batch))
 	}
 	return reply.Results, nil
-}
-
-// localResult is the wire form of a local append's outcome.
-func localResult(m *messages.ImmutableMessage, err error) wire.AppendResult {
-	if err != nil {
-		return wire.AppendResult{Error: wire.ErrorOf(err)}
-	}
-	r := wire.AppendResult{ID: m.ID(), TimeTick: m.TimeTick(), LastConfirmed: m.LastConfirmed()}
-	if tc := m.Txn(); tc != nil {
-		r.TxnID, r.Keepalive = tc.ID, tc.Keepalive
-	}
-	return r
 }
 
 // resultOf converts a wire result.

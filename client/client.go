@@ -195,21 +195,6 @@ func (c *Client) Close() error {
 // errClosed refuses work after Close.
 func errClosed() error { return streamwal.Errorf(streamwal.CodeClosed, "client is closed") }
 
-// retriable reports whether an error leaves a retry worth trying: the
-// error is retriable, or it came from an owner that was replaced meanwhile
-// (fenced, closed), or the outcome is unknown for a message whose ID makes
-// a retry safe.
-func retriable(err error) bool {
-	if streamwal.IsRetriable(err) {
-		return true
-	}
-	switch streamwal.CodeOf(err) {
-	case streamwal.CodeFenced, streamwal.CodeClosed, streamwal.CodeUnknownOutcome:
-		return true
-	}
-	return false
-}
-
 // sleep waits d or until ctx ends.
 func sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -88,7 +88,7 @@ func appendOne(ctx context.Context, nc *nats.Conn, codec *messages.Codec, m *mes
 		if err == nil {
 			return reply.Results[0], retries, nil
 		}
-		if !retriable(err) {
+		if !streamwal.IsRetriableWithID(err) {
 			return wire.AppendResult{}, retries, err
 		}
 		select {
@@ -98,20 +98,6 @@ func appendOne(ctx context.Context, nc *nats.Conn, codec *messages.Codec, m *mes
 		}
 		delay = min(2*delay, 200*time.Millisecond)
 	}
-}
-
-// retriable reports whether a client should retry: the error is
-// retriable, or says it reached an owner that was replaced (fenced,
-// closed, unknown outcome of a message with an ID of its own).
-func retriable(err error) bool {
-	if streamwal.IsRetriable(err) {
-		return true
-	}
-	switch streamwal.CodeOf(err) {
-	case streamwal.CodeFenced, streamwal.CodeClosed, streamwal.CodeUnknownOutcome:
-		return true
-	}
-	return false
 }
 
 // writer appends inserts to one VChannel per PChannel from several

@@ -198,21 +198,9 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	defer cancel()
 	out, errs := w.AppendMany(ctx, msgs)
 	for j, i := range index {
-		reply.Results[i] = resultOf(out[j], errs[j])
+		reply.Results[i] = wire.ResultOf(out[j], errs[j])
 	}
 	return reply, nil
-}
-
-// resultOf is the wire result of one append.
-func resultOf(m *messages.ImmutableMessage, err error) wire.AppendResult {
-	if err != nil {
-		return wire.AppendResult{Error: wire.ErrorOf(err)}
-	}
-	r := wire.AppendResult{ID: m.ID(), TimeTick: m.TimeTick(), LastConfirmed: m.LastConfirmed()}
-	if tc := m.Txn(); tc != nil {
-		r.TxnID, r.Keepalive = tc.ID, tc.Keepalive
-	}
-	return r
 }
 
 // remoteOracle is the coordinator's TSO over request-reply.

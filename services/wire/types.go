@@ -79,6 +79,18 @@ type AppendResult struct {
 	Error         *Error             `json:"error,omitempty"`
 }
 
+// ResultOf is the result of one append: the stored message, or the error.
+func ResultOf(m *messages.ImmutableMessage, err error) AppendResult {
+	if err != nil {
+		return AppendResult{Error: ErrorOf(err)}
+	}
+	r := AppendResult{ID: m.ID(), TimeTick: m.TimeTick(), LastConfirmed: m.LastConfirmed()}
+	if tc := m.Txn(); tc != nil {
+		r.TxnID, r.Keepalive = tc.ID, tc.Keepalive
+	}
+	return r
+}
+
 // AllocateRequest asks for the VChannels of a new collection.
 type AllocateRequest struct {
 	CollectionID int64 `json:"collection_id"`

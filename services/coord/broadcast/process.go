@@ -114,7 +114,7 @@ func (b *Broadcaster) appendRetrying(m *messages.MutableMessage) (wire.AppendRes
 		if b.ctx.Err() != nil {
 			return wire.AppendResult{}, errStopped
 		}
-		if !retriable(err) {
+		if !streamwal.IsRetriableWithID(err) {
 			return wire.AppendResult{}, err
 		}
 		select {
@@ -124,20 +124,6 @@ func (b *Broadcaster) appendRetrying(m *messages.MutableMessage) (wire.AppendRes
 		}
 		delay = min(2*delay, time.Second)
 	}
-}
-
-// retriable reports whether an append may succeed if tried again: a
-// retriable error, or one from an owner that was replaced meanwhile. The
-// replica's message ID makes a retry of one that did land harmless.
-func retriable(err error) bool {
-	if streamwal.IsRetriable(err) {
-		return true
-	}
-	switch streamwal.CodeOf(err) {
-	case streamwal.CodeFenced, streamwal.CodeClosed, streamwal.CodeUnknownOutcome:
-		return true
-	}
-	return false
 }
 
 // noteAck acknowledges a target: at once from its append result, unless
