@@ -2,10 +2,12 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -75,7 +77,12 @@ func collect(entries []*entry) ([]AppendResult, error) {
 	out := make([]AppendResult, len(entries))
 	var first error
 	for i, e := range entries {
-		<-e.done
+		select {
+		case <-e.done:
+		case <-e.ctx.Done():
+			// The request goes on in the background; its result is lost.
+			return nil, streamwal.Errorf(streamwal.CodeUnknownOutcome, "append in flight when the caller gave up: %w", e.ctx.Err())
+		}
 		if e.err != nil && first == nil {
 			first = e.err
 		}
@@ -216,7 +223,11 @@ func (b *batcher) send(batch []*entry) {
 // retry requeues e after a backoff if its error is worth a retry, or
 // resolves it with the error.
 func (b *batcher) retry(e *entry, err error) {
-	if !e.retry || !streamwal.IsRetriableWithID(err) {
+	if !e.retry {
+		e.finish(AppendResult{}, once(err))
+		return
+	}
+	if !streamwal.IsRetriableWithID(err) {
 		e.finish(AppendResult{}, err)
 		return
 	}
@@ -235,6 +246,16 @@ func (b *batcher) retry(e *entry, err error) {
 		}
 		b.enqueue(e)
 	}()
+}
+
+// once is the error of an append that is not retried: a request that
+// reached nobody (no responders) wrote nothing and stays retriable, but
+// one that timed out may have landed, which only UnknownOutcome says.
+func once(err error) error {
+	if streamwal.CodeOf(err) == streamwal.CodeUnavailable && !errors.Is(err, nats.ErrNoResponders) {
+		return streamwal.Errorf(streamwal.CodeUnknownOutcome, "no answer: %w", err)
+	}
+	return err
 }
 
 // close fails what is queued; what is in flight completes.

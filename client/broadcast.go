@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/lifecycle"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -126,6 +128,10 @@ type Collection struct {
 	Partitions []int64
 	// Schema is the application's schema document, kept verbatim.
 	Schema json.RawMessage
+	// IdempotencyKey, if set, makes a retry of the DDL call it is passed
+	// to (by any client) return the original's result; by default each
+	// call makes up its own, which covers the client's own retries.
+	IdempotencyKey string
 }
 
 // ref is the collection's reference in lifecycle bodies.
@@ -167,8 +173,9 @@ func (c *Client) allocate(ctx context.Context, req wire.AllocateRequest) ([]stre
 
 // CreateCollection allocates the collection's VChannels and broadcasts its
 // CreateCollection to them and the CChannel; it returns the VChannels.
-// Retrying it (with the same idempotency key, by default derived from the
-// collection) is safe.
+// Creating a collection that exists succeeds (so a retry is safe); one
+// that was dropped is refused (streamwal.ErrLifecycle): IDs are never
+// reused.
 func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]streamwal.VChannel, error) {
 	vs, err := c.VChannels(ctx, col)
 	if err != nil {
@@ -180,23 +187,39 @@ func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]stream
 	}
 	body := messages.CreateCollectionBody{CollectionRef: col.ref(), PartitionIDs: col.Partitions, VChannels: names, Schema: col.Schema}
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: messages.TypeCreateCollection, VChannels: vs, Scope: col.scope(),
-		Body: body, IdempotencyKey: collectionKey(col)})
+		Body: body, IdempotencyKey: col.IdempotencyKey, AppendFirst: vs[0]})
+	if exists(err, lifecycle.ErrCollectionExists) {
+		return vs, nil // created before (a retry): creating is idempotent
+	}
 	return vs, err
 }
 
 // DropCollection broadcasts the collection's DropCollection; its
-// VChannels are then released.
+// VChannels are then released. Dropping a collection that has no
+// VChannels (already dropped, or never created) does nothing, unless its
+// IdempotencyKey names an earlier drop, whose result it returns.
 func (c *Client) DropCollection(ctx context.Context, col Collection) error {
 	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true})
+	if streamwal.CodeOf(err) == streamwal.CodeInvalidArgument {
+		if col.IdempotencyKey == "" {
+			return nil
+		}
+		vs, err = nil, nil // the key may replay the drop that released them
+	}
 	if err != nil {
 		return err
 	}
-	_, err = c.Broadcast(ctx, BroadcastRequest{Type: messages.TypeDropCollection, VChannels: vs, Scope: col.scope(),
-		Body: messages.DropCollectionBody{CollectionRef: col.ref()}, IdempotencyKey: collectionKey(col)})
+	req := BroadcastRequest{Type: messages.TypeDropCollection, VChannels: vs, Scope: col.scope(),
+		Body: messages.DropCollectionBody{CollectionRef: col.ref()}, IdempotencyKey: col.IdempotencyKey}
+	if len(vs) > 0 {
+		req.AppendFirst = vs[0]
+	}
+	_, err = c.Broadcast(ctx, req)
 	return err
 }
 
-// CreatePartition broadcasts a CreatePartition of the collection.
+// CreatePartition broadcasts a CreatePartition of the collection. Creating
+// a partition that exists succeeds; one that was dropped is refused.
 func (c *Client) CreatePartition(ctx context.Context, col Collection, partition int64) error {
 	return c.partition(ctx, messages.TypeCreatePartition, col, partition)
 }
@@ -214,11 +237,15 @@ func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection
 	}
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: t, VChannels: vs, Scope: col.scope(),
 		Body:           messages.PartitionBody{CollectionRef: col.ref(), PartitionID: partition},
-		IdempotencyKey: collectionKey(col) + "/" + itoa(partition)})
+		IdempotencyKey: col.IdempotencyKey, AppendFirst: vs[0]})
+	if t == messages.TypeCreatePartition && exists(err, lifecycle.ErrPartitionExists) {
+		return nil // created before (a retry): creating is idempotent
+	}
 	return err
 }
 
-// collectionKey is the default idempotency key of a collection's DDL.
-func collectionKey(col Collection) string {
-	return col.DBName + "/" + col.Name + "/" + itoa(col.ID)
+// exists reports whether err is the lifecycle refusal of creating what
+// exists (the cause travels as text across the request hop).
+func exists(err, sentinel error) bool {
+	return streamwal.CodeOf(err) == streamwal.CodeLifecycle && strings.Contains(err.Error(), sentinel.Error())
 }

@@ -59,6 +59,9 @@ func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkCollection(typ, req, targets); err != nil {
+		return nil, err
+	}
 	r := broadcast.Request{Type: typ, Targets: targets, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
 		Scope: messages.KeyScope{DBName: req.DBName, CollectionName: req.CollectionName, SnapshotName: req.SnapshotName}}
 	if req.AppendFirst != "" {
@@ -80,6 +83,29 @@ func (t *term) handleBroadcastAck(ctx context.Context, data []byte) (any, error)
 		return nil, err
 	}
 	return nil, t.bc.Ack(ctx, req.ID, req.Target)
+}
+
+// checkCollection refuses a collection DDL whose body names another
+// collection than its VChannels, or another name than its resource keys:
+// one part would land (the CChannel takes anything) and the rest be
+// refused, so bad input must be caught before anything is written.
+func checkCollection(typ *messages.Type, req wire.BroadcastRequest, tg messages.Targets) error {
+	if typ.Body == nil || len(tg.VChannels) == 0 {
+		return nil
+	}
+	var ref messages.CollectionRef
+	if json.Unmarshal(req.Payload, &ref) != nil || ref.CollectionID == 0 {
+		return nil
+	}
+	for _, v := range tg.VChannels {
+		if v.CollectionID() != ref.CollectionID {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s of collection %d targets %s", typ, ref.CollectionID, v)
+		}
+	}
+	if req.CollectionName != "" && ref.CollectionName != "" && (req.CollectionName != ref.CollectionName || req.DBName != ref.DBName) {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s names %s.%s but its keys %s.%s", typ, ref.DBName, ref.CollectionName, req.DBName, req.CollectionName)
+	}
+	return nil
 }
 
 // targets builds a broadcast's targets from its type's dispatch.

@@ -144,6 +144,9 @@ func (b *Broadcaster) Resume(ctx context.Context) error {
 		}
 		switch t.State {
 		case Tombstone:
+			if t.Error != "" {
+				r.err = streamwal.Errorf(t.ErrorCode, "broadcast %d was refused: %s", t.ID, t.Error)
+			}
 			close(r.done)
 		case Stuck:
 			b.stuck.Add(1)

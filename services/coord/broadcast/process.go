@@ -2,6 +2,7 @@ package broadcast
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -32,17 +33,24 @@ func (b *Broadcaster) start(r *run, granted chan struct{}) {
 // and its callback, and makes it a tombstone.
 func (b *Broadcaster) process(r *run) {
 	if err := b.appendAll(r); err != nil {
+		var refused *firstRefused
+		if errors.As(err, &refused) {
+			b.reject(r, refused.err)
+			return
+		}
 		b.fail(r, err)
 		return
 	}
 	if !b.awaitAcks(r) {
 		return
 	}
-	b.enqueue(r)
-	select {
-	case <-r.called:
-	case <-b.ctx.Done():
-		return
+	if b.cfg.Callbacks[r.task.Type] != nil {
+		b.enqueue(r)
+		select {
+		case <-r.called:
+		case <-b.ctx.Done():
+			return
+		}
 	}
 	if err := b.finish(r); err != nil {
 		b.log.Warn().Err(err).Uint64("broadcast", r.task.ID).Msg("tombstone")
@@ -54,6 +62,9 @@ func (b *Broadcaster) process(r *run) {
 func (b *Broadcaster) appendAll(r *run) error {
 	if first := r.task.AppendFirst; first != "" {
 		if err := b.appendTarget(r, first); err != nil {
+			if b.ctx.Err() == nil && streamwal.CodeOf(err) != streamwal.CodeInternal {
+				return &firstRefused{err: err}
+			}
 			return err
 		}
 	}
@@ -74,6 +85,29 @@ func (b *Broadcaster) appendAll(r *run) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// firstRefused is a refusal of the append-first target: nothing of the
+// broadcast landed anywhere.
+type firstRefused struct{ err error }
+
+func (e *firstRefused) Error() string { return e.err.Error() }
+
+// reject ends a broadcast whose append-first target refused it: nothing
+// landed, so it changes nothing, gives its keys back and reports the
+// refusal (bad input gets an error and changes nothing).
+func (b *Broadcaster) reject(r *run, err error) {
+	b.log.Info().Err(err).Uint64("broadcast", r.task.ID).Msg("broadcast refused by its first target")
+	b.mu.Lock()
+	r.task.State, r.task.Error, r.task.ErrorCode = Tombstone, err.Error(), streamwal.CodeOf(err)
+	r.task.Finished = time.Now().UTC()
+	r.err = err
+	b.mu.Unlock()
+	if b.save(r) != nil {
+		return // stopped: the next coordinator resumes and is refused again
+	}
+	b.release(r.task.ID)
+	close(r.done)
 }
 
 // appendTarget appends one replica (unless it already landed before a
@@ -197,6 +231,9 @@ func (b *Broadcaster) Ack(ctx context.Context, id uint64, target string) error {
 // enqueue puts a task in the callback queue: when its CChannel is
 // acknowledged, or when it has none, once everything is.
 func (b *Broadcaster) enqueue(r *run) {
+	if b.cfg.Callbacks[r.task.Type] == nil {
+		return // nothing to order
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if r.queued {
@@ -210,12 +247,13 @@ func (b *Broadcaster) enqueue(r *run) {
 	b.poke()
 }
 
-// callbacks runs the callbacks in queue order, each once its task is
-// fully acknowledged, retrying each until it succeeds.
+// callbacks runs the callbacks in queue order (CChannel acknowledgement
+// order), each once its task is fully acknowledged, retrying each until it
+// succeeds.
 func (b *Broadcaster) callbacks() {
 	defer b.wg.Done()
 	for {
-		r := b.head()
+		r := b.next()
 		if r == nil {
 			select {
 			case <-b.wake:
@@ -229,13 +267,17 @@ func (b *Broadcaster) callbacks() {
 		}
 		close(r.called)
 		b.mu.Lock()
-		b.queue = b.queue[1:]
+		if i := slices.Index(b.queue, r); i >= 0 {
+			b.queue = slices.Delete(b.queue, i, i+1)
+		}
 		b.mu.Unlock()
 	}
 }
 
-// head returns the first queued task if it is fully acknowledged.
-func (b *Broadcaster) head() *run {
+// next returns the head of the queue once it is fully acknowledged:
+// callbacks run strictly in CChannel acknowledgement order. Only types
+// with a callback are queued, so broadcasts without one never wait here.
+func (b *Broadcaster) next() *run {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 || !b.queue[0].task.allAcked() {
@@ -289,7 +331,7 @@ func (b *Broadcaster) fail(r *run, err error) {
 	b.stuck.Add(1)
 	b.log.Error().Err(err).Uint64("broadcast", r.task.ID).Msg("broadcast stuck; it keeps its resource keys")
 	b.mu.Lock()
-	r.task.State, r.task.Error = Stuck, err.Error()
+	r.task.State, r.task.Error, r.task.ErrorCode = Stuck, err.Error(), streamwal.CodeUnrecoverable
 	r.err = streamwal.Errorf(streamwal.CodeUnrecoverable, "broadcast %d: %w", r.task.ID, err)
 	if i := slices.Index(b.queue, r); i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)

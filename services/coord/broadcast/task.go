@@ -27,6 +27,7 @@ package broadcast
 import (
 	"time"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
 )
@@ -66,8 +67,10 @@ type Task struct {
 	// acknowledged.
 	Appended map[string]wire.AppendResult `json:"appended,omitempty"`
 	Acked    map[string]bool              `json:"acked,omitempty"`
-	// Error says why a stuck task is stuck.
-	Error    string    `json:"error,omitempty"`
+	// Error and ErrorCode say why a stuck task is stuck, or why a
+	// tombstone's broadcast was refused by its append-first target.
+	Error     string         `json:"error,omitempty"`
+	ErrorCode streamwal.Code `json:"error_code,omitempty"`
 	Created  time.Time `json:"created"`
 	Finished time.Time `json:"finished,omitempty"`
 }

@@ -107,6 +107,15 @@ type vchannel struct {
 	created, dropped     bool
 	createdBy, droppedBy string // message IDs of the CreateCollection and DropCollection
 	live, gone           map[int64]struct{}
+	// by holds the message IDs of the partition DDL that landed, so that a
+	// resumed broadcast's repeat of one passes (the stream deduplicates it).
+	by map[string]struct{}
+}
+
+// repeat reports whether m repeats a partition DDL that landed.
+func (s *vchannel) repeat(m *messages.MutableMessage) bool {
+	_, ok := s.by[m.MsgID()]
+	return ok && m.MsgID() != ""
 }
 
 // Table is the collection and partition lifecycle state of the VChannels of
@@ -153,6 +162,8 @@ func (t *Table) Check(m *messages.MutableMessage) error {
 		return violation(typ, v, "", ErrCollectionNotFound)
 	}
 	switch {
+	case (typ == messages.TypeCreatePartition || typ == messages.TypeDropPartition) && s.repeat(m):
+		return nil
 	case typ == messages.TypeCreatePartition:
 		pid, err := partitionBody(m, v)
 		if err != nil {
@@ -176,6 +187,17 @@ func (t *Table) Check(m *messages.MutableMessage) error {
 		}
 	}
 	return nil
+}
+
+// remember records the message ID of a partition DDL that landed.
+func (s *vchannel) remember(id string) {
+	if id == "" {
+		return
+	}
+	if s.by == nil {
+		s.by = map[string]struct{}{}
+	}
+	s.by[id] = struct{}{}
 }
 
 // needLive refuses unless partition pid is live; dml says how to name it.
@@ -236,6 +258,7 @@ func (t *Table) Apply(m *messages.ImmutableMessage) error {
 		if _, ok := s.gone[pid]; !ok {
 			s.live[pid] = struct{}{}
 		}
+		s.remember(m.MsgID())
 	case messages.TypeDropPartition:
 		pid, err := partitionBody(m, v)
 		if err != nil {
@@ -246,6 +269,7 @@ func (t *Table) Apply(m *messages.ImmutableMessage) error {
 		}
 		delete(s.live, pid)
 		s.gone[pid] = struct{}{}
+		s.remember(m.MsgID())
 	}
 	return nil
 }
