@@ -71,8 +71,8 @@ type Task struct {
 	// tombstone's broadcast was refused by its append-first target.
 	Error     string         `json:"error,omitempty"`
 	ErrorCode streamwal.Code `json:"error_code,omitempty"`
-	Created  time.Time `json:"created"`
-	Finished time.Time `json:"finished,omitempty"`
+	Created   time.Time      `json:"created"`
+	Finished  time.Time      `json:"finished,omitempty"`
 }
 
 // targets lists every target name, VChannels (with the CChannel) first.
