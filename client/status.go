@@ -26,11 +26,35 @@ type ChannelStatus struct {
 	LastTimeTick messages.TimeTick  `json:"last_timetick"`
 }
 
+// View asks the coordinator for the assignment view.
+func (c *Client) View(ctx context.Context) (wire.View, error) {
+	var v wire.View
+	err := c.callCoord(ctx, streamwal.CoordStatus, struct{}{}, &v)
+	return v, err
+}
+
+// CheckPChannel refuses a PChannel the cluster does not have
+// (streamwal.ErrInvalidArgument), so that nothing waits for an owner that
+// will never come.
+func (c *Client) CheckPChannel(ctx context.Context, p streamwal.PChannel) error {
+	v, err := c.View(ctx)
+	if err != nil {
+		return err
+	}
+	for _, a := range v.Channels {
+		if a.PChannel == p.String() {
+			return nil
+		}
+	}
+	return streamwal.Errorf(streamwal.CodeInvalidArgument, "cluster %s has no pchannel %s (it has %d)", c.opts.cluster, p, len(v.Channels))
+}
+
 // Status asks the coordinator for the assignment view and reads the tail
 // of every assigned PChannel's stream.
 func (c *Client) Status(ctx context.Context) (Status, error) {
 	var st Status
-	if err := c.callCoord(ctx, streamwal.CoordStatus, struct{}{}, &st.View); err != nil {
+	var err error
+	if st.View, err = c.View(ctx); err != nil {
 		return st, err
 	}
 	for _, a := range st.View.Channels {

@@ -215,15 +215,28 @@ func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, err
 		P50ms:      float64(hist.ValueAtQuantile(50)) / 1000, P99ms: float64(hist.ValueAtQuantile(99)) / 1000}, nil
 }
 
-// progress is a progress bar counting operations (silent without
+// progress returns a progress bar counting operations (none without
 // --progress or with --json).
-func (b *bench) progress(name string) *progressbar.ProgressBar {
+func (b *bench) progress(name string) progress {
 	if !b.f.progress || b.f.json {
-		return progressbar.DefaultSilent(-1)
+		return noProgress{}
 	}
 	return progressbar.NewOptions(-1, progressbar.OptionSetWriter(b.errOut), progressbar.OptionSetDescription(name),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionClearOnFinish())
+		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetSpinnerChangeInterval(0), progressbar.OptionThrottle(100*time.Millisecond))
 }
+
+// progress counts operations on screen.
+type progress interface {
+	Add(n int) error
+	Finish() error
+}
+
+// noProgress shows nothing (and starts nothing).
+type noProgress struct{}
+
+func (noProgress) Add(int) error { return nil }
+func (noProgress) Finish() error { return nil }
 
 // benchOp is one operation of a workload by worker w, i-th time.
 type benchOp func(ctx context.Context, w, i int) error
@@ -239,8 +252,14 @@ func (b *bench) op(ctx context.Context, workload, sys string) (benchOp, int, err
 	case "broadcast/streamwal":
 		return b.broadcastOp, 1, nil
 	case "read/streamwal":
+		if err := b.preload(ctx); err != nil {
+			return nil, 0, err
+		}
 		return b.readStreamwal(ctx)
 	case "read/jetstream":
+		if err := b.preloadRaw(ctx); err != nil {
+			return nil, 0, err
+		}
 		return b.readRaw(ctx)
 	}
 	subj, err := b.rawStream(ctx, workload)
@@ -291,6 +310,49 @@ func (b *bench) broadcastOp(ctx context.Context, _, _ int) error {
 	_, err := b.c.Broadcast(ctx, client.BroadcastRequest{Type: messages.TypeCreateDatabase,
 		Scope: messages.KeyScope{DBName: name}, Payload: b.payload})
 	return err
+}
+
+// preloadCount is how many messages the read workload writes per
+// VChannel (and in all to the raw stream) before it reads.
+const preloadCount = 2000
+
+// preload appends what the streamwal read workload reads.
+func (b *bench) preload(ctx context.Context) error {
+	for _, v := range b.vs {
+		for done := 0; done < preloadCount; done += client.DefaultMaxBatch {
+			msgs := make([]*messages.MutableMessage, min(client.DefaultMaxBatch, preloadCount-done))
+			for i := range msgs {
+				m, err := b.c.Codec().New(messages.TypeInsert, v, b.payload)
+				if err != nil {
+					return err
+				}
+				msgs[i] = m
+			}
+			if _, err := b.c.Append(ctx, msgs...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// preloadRaw publishes what the raw read workload reads.
+func (b *bench) preloadRaw(ctx context.Context) error {
+	subj, err := b.rawStream(ctx, "append")
+	if err != nil {
+		return err
+	}
+	for range preloadCount * len(b.vs) {
+		if _, err := b.js.PublishAsync(subj, b.payload); err != nil {
+			return err
+		}
+	}
+	select {
+	case <-b.js.PublishAsyncComplete():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // readStreamwal reads the bench VChannels from the start, each worker one

@@ -76,10 +76,6 @@ func TestBenchTablePrintsBothSystems(t *testing.T) {
 }
 
 func TestBenchReadAloneHasDataToRead(t *testing.T) {
-	t.Skip("bug: bench --workload read (without append before it) fails with \"read on jetstream: " +
-		"stream not found\": the raw read reads BENCH_RAW_APPEND, which only the append workload " +
-		"creates; and the streamwal read of fresh bench collections has only their CreateCollection " +
-		"to read. The read workload should write what it reads first, for both systems")
 	c := newCluster(t)
 	out := c.mustRun(t, "", "bench", "--workload", "read", "--duration", "200ms", "--json", "--progress=false")
 	for _, r := range jsonLines[benchResult](t, out) {
@@ -88,12 +84,6 @@ func TestBenchReadAloneHasDataToRead(t *testing.T) {
 }
 
 func TestBenchProgressBarIsRaceFree(t *testing.T) {
-	t.Skip("bug: data race (go test -race) in bench's progress bar, silent or not: " +
-		"progressbar.NewOptions64 with an unknown length (-1) starts a spinner goroutine that reads " +
-		"the bar's start time without its lock every 100 ms, while the first render (the first Add, " +
-		"or Finish) writes it; it is reported whenever a run's first operation takes over 100 ms " +
-		"(here 1 MB transactions). Fix in bench.go: no bar at all without --progress or with --json, " +
-		"and progressbar.OptionSpinnerChangeInterval(0) on the visible one (no goroutine)")
 	c := newCluster(t)
 	out := c.mustRun(t, "", "bench", "--workload", "txn", "--size", "1000000", "--duration", "300ms", "--json", "--progress=false")
 	require.Len(t, jsonLines[benchResult](t, out), 2)

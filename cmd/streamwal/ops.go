@@ -194,6 +194,9 @@ func newAppendCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := c.CheckPChannel(ctx, v.PChannel()); err != nil {
+				return err
+			}
 			return runAppend(ctx, cmd.OutOrStdout(), c, v, t, payloads, f.json)
 		},
 	}
@@ -315,6 +318,13 @@ func tailOptions(vchannel, pchannel string, fromStart bool) (client.ReadOptions,
 
 // runTail prints messages until limit, ctx's end or Ctrl-C.
 func runTail(ctx context.Context, w io.Writer, c *client.Client, o client.ReadOptions, limit int, asJSON bool) error {
+	p := o.PChannel
+	if !o.VChannel.IsZero() {
+		p = o.VChannel.PChannel()
+	}
+	if err := c.CheckPChannel(ctx, p); err != nil {
+		return err
+	}
 	s, err := c.Read(ctx, o)
 	if err != nil {
 		return err

@@ -627,9 +627,6 @@ func TestMainPrintsOneLineErrorAndExitsNonZero(t *testing.T) {
 // what is wrong and is skipped until it is fixed.
 
 func TestAppendToPChannelOutsideTheClusterFailsFast(t *testing.T) {
-	t.Skip("bug: an append to a VChannel of a PChannel the cluster does not have (pchan-99_1v0 of 16) " +
-		"is retried until --timeout (30 s by default) and then reported as UNKNOWN_OUTCOME; " +
-		"it should be refused at once as an invalid argument")
 	c := newCluster(t)
 	before := c.quiet(t)
 	start := time.Now()
@@ -641,8 +638,6 @@ func TestAppendToPChannelOutsideTheClusterFailsFast(t *testing.T) {
 }
 
 func TestTailOfPChannelOutsideTheClusterIsAnError(t *testing.T) {
-	t.Skip("bug: tail --pchannel pchan-99 (no such PChannel, no such stream) prints nothing and " +
-		"exits 0 when --timeout ends; it should fail at once")
 	c := newCluster(t)
 	_, err := c.run(t, "", "tail", "--pchannel", "pchan-99", "--timeout", "1s")
 	requireOneLineError(t, err, "tail --pchannel pchan-99")
