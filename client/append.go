@@ -34,18 +34,40 @@ func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) (
 	ctx, span := c.tracer.Start(ctx, "wal.dist_append")
 	defer span.End()
 	span.SetAttributes(attribute.Int("messages", len(msgs)))
-	entries := make([]*entry, len(msgs))
+	return c.AppendAsync(ctx, msgs...).Wait()
+}
+
+// AppendFuture is an append under way.
+type AppendFuture struct {
+	entries []*entry
+	err     error
+}
+
+// AppendAsync starts an append and returns at once, so that one caller
+// can keep many appends in flight; Wait returns what Append would. The
+// messages of one call are ordered as in Append; separate calls are not
+// ordered among themselves.
+func (c *Client) AppendAsync(ctx context.Context, msgs ...*messages.MutableMessage) *AppendFuture {
+	f := &AppendFuture{entries: make([]*entry, len(msgs))}
 	for i, m := range msgs {
 		e, err := c.newEntry(ctx, m, true)
 		if err != nil {
-			return nil, err
+			f.err = err
+			return f
 		}
-		entries[i] = e
+		f.entries[i] = e
 	}
-	if err := c.enqueue(entries...); err != nil {
-		return nil, err
+	f.err = c.enqueue(f.entries...)
+	return f
+}
+
+// Wait blocks until every message of the append resolved, or its context
+// ended, and returns where each landed or the first error.
+func (f *AppendFuture) Wait() ([]AppendResult, error) {
+	if f.err != nil {
+		return nil, f.err
 	}
-	return collect(entries)
+	return collect(f.entries)
 }
 
 // newEntry validates and encodes one message for the batchers.
