@@ -151,7 +151,7 @@ func (c *Client) VChannels(ctx context.Context, col Collection) ([]streamwal.VCh
 	if shards == 0 {
 		shards = 1
 	}
-	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Shards: shards})
+	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Shards: shards, DBName: col.DBName, Name: col.Name})
 }
 
 // allocate asks the coordinator for a collection's VChannels.
@@ -199,8 +199,8 @@ func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]stream
 // VChannels (already dropped, or never created) does nothing, unless its
 // IdempotencyKey names an earlier drop, whose result it returns.
 func (c *Client) DropCollection(ctx context.Context, col Collection) error {
-	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true})
-	if streamwal.CodeOf(err) == streamwal.CodeInvalidArgument {
+	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
+	if streamwal.CodeOf(err) == streamwal.CodeInvalidArgument && strings.Contains(err.Error(), "has no vchannels") {
 		if col.IdempotencyKey == "" {
 			return nil
 		}
@@ -231,7 +231,7 @@ func (c *Client) DropPartition(ctx context.Context, col Collection, partition in
 
 // partition broadcasts a partition DDL.
 func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection, partition int64) error {
-	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true})
+	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
 	if err != nil {
 		return err
 	}

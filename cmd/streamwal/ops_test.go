@@ -644,9 +644,6 @@ func TestTailOfPChannelOutsideTheClusterIsAnError(t *testing.T) {
 }
 
 func TestCollectionCreateRefusesAnIDTakenByAnotherCollection(t *testing.T) {
-	t.Skip("bug: collection create --name orders2 --id 1 while collection 1 is shop.orders prints " +
-		"\"created collection 1 (shop.orders2)\" and exits 0 (the refusal of its first target, " +
-		"collection already exists, is taken for an idempotent repeat); nothing is created")
 	c := newCluster(t)
 	c.createCollection(t, "shop", "orders", 1, 2)
 	before := c.quiet(t)
@@ -656,9 +653,6 @@ func TestCollectionCreateRefusesAnIDTakenByAnotherCollection(t *testing.T) {
 }
 
 func TestCollectionDropRefusesANameThatIsNotTheCollections(t *testing.T) {
-	t.Skip("bug: collection drop --db other --name wrong --id 1 drops collection 1 (shop.orders): " +
-		"the coordinator looks the VChannels up by ID only, and the DropCollection that lands " +
-		"names other.wrong")
 	c := newCluster(t)
 	v := c.createCollection(t, "shop", "orders", 1, 1)[0]
 	before := c.quiet(t)

@@ -475,7 +475,14 @@ func (ctl *control) handleAllocate(ctx context.Context, data []byte) (any, error
 // allocate runs in the loop.
 func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, error) {
 	key := strconv.FormatInt(req.CollectionID, 10)
+	name := ""
+	if req.Name != "" {
+		name = req.DBName + "." + req.Name
+	}
 	if vs, ok := ctl.alloc.Collections[key]; ok {
+		if have := ctl.alloc.Names[key]; name != "" && have != "" && have != name {
+			return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d is %s, not %s", req.CollectionID, have, name)
+		}
 		return wire.AllocateReply{VChannels: vs}, nil
 	}
 	if req.Lookup {
@@ -496,8 +503,15 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 		vs = append(vs, v.String())
 	}
 	ctl.alloc.Collections[key] = vs
+	if name != "" {
+		if ctl.alloc.Names == nil {
+			ctl.alloc.Names = map[string]string{}
+		}
+		ctl.alloc.Names[key] = name
+	}
 	if err := ctl.vchan.put(ctl.t.ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
 		delete(ctl.alloc.Collections, key)
+		delete(ctl.alloc.Names, key)
 		ctl.save(err)
 		return wire.AllocateReply{}, err
 	}
@@ -526,9 +540,14 @@ func (ctl *control) release(id int64) error {
 	if !ok {
 		return nil
 	}
+	name := ctl.alloc.Names[key]
 	delete(ctl.alloc.Collections, key)
+	delete(ctl.alloc.Names, key)
 	if err := ctl.vchan.put(ctl.t.ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
 		ctl.alloc.Collections[key] = vs
+		if name != "" {
+			ctl.alloc.Names[key] = name
+		}
 		ctl.save(err)
 		return err
 	}

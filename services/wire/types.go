@@ -98,6 +98,10 @@ type AllocateRequest struct {
 	// Lookup only returns the VChannels of an allocated collection (an
 	// invalid argument if it has none); it never allocates.
 	Lookup bool `json:"lookup,omitempty"`
+	// DBName and Name, when set, must be those the collection was
+	// allocated under (an invalid argument otherwise).
+	DBName string `json:"db_name,omitempty"`
+	Name   string `json:"name,omitempty"`
 }
 
 // AllocateReply names them (the same ones on a repeated request).
@@ -155,6 +159,8 @@ type Collections struct {
 	Epoch       uint64              `json:"epoch"`
 	CChannel    string              `json:"cchannel"`
 	Collections map[string][]string `json:"collections"`
+	// Names are the "<db>.<name>" each collection was allocated under.
+	Names map[string]string `json:"names,omitempty"`
 }
 
 // BroadcastRequest asks the coordinator to broadcast a message of a
