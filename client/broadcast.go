@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
@@ -101,6 +103,10 @@ func (c *Client) callCoord(ctx context.Context, op streamwal.CoordOp, req, reply
 			return err
 		}
 		if sleep(ctx, b.NextBackOff()) != nil {
+			if op == streamwal.CoordBroadcast && !errors.Is(err, nats.ErrNoResponders) {
+				// The coordinator may have taken it and go on with it.
+				return streamwal.Errorf(streamwal.CodeUnknownOutcome, "broadcast in flight when the caller gave up: %w", err)
+			}
 			return err
 		}
 	}

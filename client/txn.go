@@ -74,7 +74,17 @@ func (t *Txn) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]A
 	if err := t.c.enqueue(entries...); err != nil {
 		return nil, err
 	}
-	return collect(entries)
+	out, err := collect(entries)
+	if err != nil {
+		// A body that failed (or may have) ends the transaction: the node
+		// refuses to commit it, or would commit it without the body.
+		t.mu.Lock()
+		if t.ended == nil {
+			t.ended = streamwal.Errorf(streamwal.CodeTxnInvalidState, "transaction %d: a body failed: %w", t.tc.ID, err)
+		}
+		t.mu.Unlock()
+	}
+	return out, err
 }
 
 // Commit commits the transaction: readers see it as one Txn message.

@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -23,8 +24,9 @@ func (t *term) startBroadcaster(ctx context.Context) error {
 	t.bc = broadcast.New(broadcast.Config{
 		Codec:    codec,
 		Appender: &appender{nc: t.c.cfg.Conn, codec: codec},
-		Store:    &taskStore{s: newStore(t.c.buckets[streamwal.BucketBroadcast]), kv: t.c.buckets[streamwal.BucketBroadcast]},
-		NewID:    t.newBroadcastID,
+		Store: &taskStore{s: newStore(t.c.buckets[streamwal.BucketBroadcast]), kv: t.c.buckets[streamwal.BucketBroadcast],
+			onDeposed: t.depose},
+		NewID: t.newBroadcastID,
 		Callbacks: map[string]broadcast.Callback{
 			messages.TypeDropCollection.Name: t.ctl.dropCollection,
 		},
@@ -177,13 +179,19 @@ func (a *appender) Append(ctx context.Context, m *messages.MutableMessage) (wire
 
 // taskStore keeps broadcast tasks in the broadcast bucket.
 type taskStore struct {
-	s  *store
-	kv njs.KeyValue
+	s         *store
+	kv        njs.KeyValue
+	onDeposed func()
 }
 
-// Save implements broadcast.Store.
+// Save implements broadcast.Store. A refused write deposes the term, so
+// that the broadcaster stops with it and the successor resumes the task.
 func (ts *taskStore) Save(ctx context.Context, t *broadcast.Task) error {
-	return ts.s.put(ctx, streamwal.BroadcastTaskKey(t.ID), t)
+	err := ts.s.put(ctx, streamwal.BroadcastTaskKey(t.ID), t)
+	if errors.Is(err, errDeposed) && ts.onDeposed != nil {
+		ts.onDeposed()
+	}
+	return err
 }
 
 // List implements broadcast.Store.

@@ -131,6 +131,11 @@ func (ctl *control) loadChannel(ctx context.Context, name string) error {
 	if _, err := ctl.assign.load(ctx, streamwal.AssignmentKey(p), a); err != nil {
 		return err
 	}
+	if a.State == wire.Assigning {
+		// The previous coordinator may never have told the node: assign
+		// it again (under the next term) rather than wait for nothing.
+		a.State, a.Node = wire.Unavailable, ""
+	}
 	a.Epoch = ctl.t.epoch
 	if err := ctl.assign.put(ctx, streamwal.AssignmentKey(p), a); err != nil {
 		return err
@@ -348,7 +353,11 @@ func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
 	ctl.t.wg.Add(1)
 	go func() {
 		defer ctl.t.wg.Done()
-		ctl.results <- ctl.assignOn(from, to, oldTerm, req)
+		r := ctl.assignOn(from, to, oldTerm, req)
+		select {
+		case ctl.results <- r:
+		case <-ctl.t.ctx.Done():
+		}
 	}()
 }
 

@@ -1,11 +1,13 @@
 package coord
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
 
@@ -73,10 +75,23 @@ func (s *store) put(ctx context.Context, key string, value any) error {
 			errors.As(err, &apiErr) && apiErr.ErrorCode == njs.JSErrCodeStreamWrongLastSequence {
 			return deposed(key)
 		}
+		s.adopt(ctx, key, data)
 		return streamwal.Errorf(streamwal.CodeUnavailable, "write %s: %v", key, err)
 	}
 	s.revs[key] = rev
 	return nil
+}
+
+// adopt learns the revision of a write whose answer was lost: if the
+// stored value is the one written, the next write is conditioned on it;
+// otherwise the remembered revision stays, and a successor's write shows
+// as a deposition. Called with s.mu held.
+func (s *store) adopt(ctx context.Context, key string, data []byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if e, err := s.kv.Get(ctx, key); err == nil && bytes.Equal(e.Value(), data) {
+		s.revs[key] = e.Revision()
+	}
 }
 
 // setRev remembers a revision.

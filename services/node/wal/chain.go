@@ -74,7 +74,7 @@ func (w *WAL) awaitLock(ctx context.Context, id uint64, granted chan struct{}) e
 		w.wake(w.locks.Cancel(id))
 	}
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return streamwal.Errorf(streamwal.CodeResourceBusy, "waited for a conflicting append's lock: %w", ctx.Err())
 	}
 	return w.stoppedLocked()
 }

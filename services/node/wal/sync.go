@@ -23,7 +23,7 @@ func (w *WAL) syncLoop() {
 			w.log.Warn().Err(w.w.Err()).Msg("writer stopped")
 			return
 		case <-t.C:
-			err := w.Sync(context.Background())
+			err := w.Sync(w.alive) // Close cancels a tick in flight
 			if errors.Is(err, streamwal.ErrFenced) {
 				return
 			}

@@ -98,27 +98,28 @@ func (w *WAL) Append(ctx context.Context, m *messages.MutableMessage) (*messages
 
 // AppendMany appends msgs as independent appends, in the order listed:
 // each is admitted and ordered before the next one starts, and all are
-// then in flight together. It returns, per message, the stored message or
-// why it was not appended.
+// then in flight together; each resolves (releasing its lock) as soon as
+// it lands, so a later message may wait for an earlier one's lock. It
+// returns, per message, the stored message or why it was not appended.
 func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error) {
 	out := make([]*messages.ImmutableMessage, len(msgs))
 	errs := make([]error, len(msgs))
-	ops := make([]*appendOp, len(msgs))
+	var wg sync.WaitGroup
 	for i, m := range msgs {
-		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
-		if errs[i] = w.start(ctx, ops[i]); errs[i] != nil {
-			ops[i] = nil
-		}
-	}
-	for i, op := range ops {
-		if op == nil {
+		op := &appendOp{msgs: []*messages.MutableMessage{m}}
+		if errs[i] = w.start(ctx, op); errs[i] != nil {
 			continue
 		}
-		var got []*messages.ImmutableMessage
-		if got, errs[i] = w.wait(ctx, op); errs[i] == nil {
-			out[i] = got[0]
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var got []*messages.ImmutableMessage
+			if got, errs[i] = w.wait(ctx, op); errs[i] == nil {
+				out[i] = got[0]
+			}
+		}()
 	}
+	wg.Wait()
 	return out, errs
 }
 
