@@ -349,7 +349,7 @@ func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
 	}
 	ctl.busy[a.PChannel] = true
 	ctl.t.log.Info().Str("pchannel", a.PChannel).Str("from", string(from)).Str("to", string(to)).Uint64("term", a.Term).Msg("assign")
-	req := wire.OpenRequest{PChannel: a.PChannel, Term: a.Term}
+	req := wire.OpenRequest{PChannel: a.PChannel, Term: a.Term, Timeout: ctl.t.c.cfg.OpenTimeout}
 	ctl.t.wg.Add(1)
 	go func() {
 		defer ctl.t.wg.Done()

@@ -47,9 +47,17 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
 	l := n.opLock(p)
 	l.Lock()
 	defer l.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open %s under term %d: gave up waiting for an earlier open: %v", p, req.Term, err)
+	}
 	if cur, ok := n.WAL(p); ok {
 		if cur.Term() == req.Term && cur.Err() == nil {
 			return wire.OpenReply{Barrier: cur.Barrier().ID()}, nil

@@ -22,6 +22,10 @@ type TSOReply struct {
 type OpenRequest struct {
 	PChannel string `json:"pchannel"`
 	Term     uint64 `json:"term"`
+	// Timeout is how long the coordinator waits for the open; the node
+	// gives up after it too, so that a slow replay does not go on under a
+	// term the coordinator has already given up on.
+	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
 // OpenReply is the RecoveryBarrier the node landed.
