@@ -13,59 +13,31 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// StartKind says where a scanner starts.
-type StartKind uint8
-
-// Start kinds.
-const (
-	// StartEarliest: the first message still in the stream.
-	StartEarliest StartKind = iota
-	// StartLatest: only messages appended after the scanner opened.
-	StartLatest
-	// StartFrom: at a MessageID, inclusive.
-	StartFrom
-	// StartAfter: right after a MessageID.
-	StartAfter
-	// StartTimeTick: the first message with a TimeTick at or above T.
-	StartTimeTick
-)
-
-// Start is where a scanner starts.
+// Start is where a scanner starts: a position in the stream, or the
+// first message with a TimeTick at or above TimeTick.
 type Start struct {
-	Kind     StartKind
-	ID       messages.MessageID
+	// Position is where the backend starts reading (ignored when TimeTick
+	// is set).
+	Position jetstream.StartPosition
+	// TimeTick, when set, starts at the first message with a TimeTick at
+	// or above it, found by a binary search of the stream.
 	TimeTick messages.TimeTick
 }
 
 // Earliest starts at the first message in the stream.
-func Earliest() Start { return Start{Kind: StartEarliest} }
+func Earliest() Start { return Start{Position: jetstream.Earliest()} }
 
 // Latest delivers only messages appended after the scanner opened.
-func Latest() Start { return Start{Kind: StartLatest} }
+func Latest() Start { return Start{Position: jetstream.Latest()} }
 
 // From starts at id, inclusive.
-func From(id messages.MessageID) Start { return Start{Kind: StartFrom, ID: id} }
+func From(id messages.MessageID) Start { return Start{Position: jetstream.From(id)} }
 
 // After starts right after id.
-func After(id messages.MessageID) Start { return Start{Kind: StartAfter, ID: id} }
+func After(id messages.MessageID) Start { return Start{Position: jetstream.After(id)} }
 
 // AtTimeTick starts at the first message with a TimeTick at or above t.
-func AtTimeTick(t messages.TimeTick) Start { return Start{Kind: StartTimeTick, TimeTick: t} }
-
-// backendStart maps a start onto the backend's positions.
-func (s Start) backendStart() (jetstream.StartPosition, error) {
-	switch s.Kind {
-	case StartEarliest, StartTimeTick:
-		return jetstream.Earliest(), nil // StartTimeTick: refined by locate
-	case StartLatest:
-		return jetstream.Latest(), nil
-	case StartFrom:
-		return jetstream.From(s.ID), nil
-	case StartAfter:
-		return jetstream.After(s.ID), nil
-	}
-	return jetstream.StartPosition{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "unknown start kind %d", s.Kind)
-}
+func AtTimeTick(t messages.TimeTick) Start { return Start{TimeTick: t} }
 
 // Options configure a Scanner.
 type Options struct {
@@ -107,20 +79,14 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 	if !o.VChannel.IsZero() && o.VChannel.PChannel() != o.PChannel {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "vchannel %s is not on %s", o.VChannel, o.PChannel)
 	}
-	start, err := o.Start.backendStart()
-	if err != nil {
-		return nil, err
-	}
-	if o.Start.Kind == StartTimeTick {
+	start := o.Start.Position
+	var err error
+	if o.Start.TimeTick != 0 {
 		if start, err = locate(ctx, o.Backend, o.PChannel, o.Start.TimeTick); err != nil {
 			return nil, err
 		}
 	}
-	f := Filter{Types: o.Types, From: o.MinTimeTick}
-	if o.Start.Kind == StartTimeTick {
-		f.From = max(f.From, o.Start.TimeTick)
-	}
-	s := &Scanner{asm: NewAssembler(f)}
+	s := &Scanner{asm: NewAssembler(Filter{Types: o.Types, From: max(o.MinTimeTick, o.Start.TimeTick)})}
 	if o.Ticks != nil {
 		if s.sub, err = s.subscribeTicks(o); err != nil {
 			return nil, err

@@ -152,7 +152,7 @@ func TestOpenInvalid(t *testing.T) {
 		{"no codec", read.Options{Backend: e.be, PChannel: e.p}},
 		{"no pchannel", read.Options{Backend: e.be, Codec: e.codec}},
 		{"vchannel of another pchannel", read.Options{Backend: e.be, Codec: e.codec, PChannel: e.p, VChannel: foreign}},
-		{"unknown start", read.Options{Backend: e.be, Codec: e.codec, PChannel: e.p, Start: read.Start{Kind: 99}}},
+		{"unknown start", read.Options{Backend: e.be, Codec: e.codec, PChannel: e.p, Start: read.Start{Position: jetstream.StartPosition{Kind: 99}}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, err := read.Open(context.Background(), c.o)
