@@ -160,6 +160,12 @@ func (c *Client) VChannels(ctx context.Context, col Collection) ([]streamwal.VCh
 	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Shards: shards, DBName: col.DBName, Name: col.Name})
 }
 
+// lookup returns the VChannels of an allocated collection (none if it has
+// none), allocating nothing.
+func (c *Client) lookup(ctx context.Context, col Collection) ([]streamwal.VChannel, error) {
+	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
+}
+
 // allocate asks the coordinator for a collection's VChannels.
 func (c *Client) allocate(ctx context.Context, req wire.AllocateRequest) ([]streamwal.VChannel, error) {
 	var reply wire.AllocateReply
@@ -205,15 +211,14 @@ func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]stream
 // VChannels (already dropped, or never created) does nothing, unless its
 // IdempotencyKey names an earlier drop, whose result it returns.
 func (c *Client) DropCollection(ctx context.Context, col Collection) error {
-	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
-	if streamwal.CodeOf(err) == streamwal.CodeInvalidArgument && strings.Contains(err.Error(), "has no vchannels") {
-		if col.IdempotencyKey == "" {
-			return nil
-		}
-		vs, err = nil, nil // the key may replay the drop that released them
-	}
+	vs, err := c.lookup(ctx, col)
 	if err != nil {
 		return err
+	}
+	// Without VChannels the collection is gone (or never was): nothing to
+	// drop, unless its key replays the earlier drop that released them.
+	if len(vs) == 0 && col.IdempotencyKey == "" {
+		return nil
 	}
 	req := BroadcastRequest{Type: messages.TypeDropCollection, VChannels: vs, Scope: col.scope(),
 		Body: messages.DropCollectionBody{CollectionRef: col.ref()}, IdempotencyKey: col.IdempotencyKey}
@@ -237,9 +242,12 @@ func (c *Client) DropPartition(ctx context.Context, col Collection, partition in
 
 // partition broadcasts a partition DDL.
 func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection, partition int64) error {
-	vs, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
+	vs, err := c.lookup(ctx, col)
 	if err != nil {
 		return err
+	}
+	if len(vs) == 0 {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d has no vchannels", col.ID)
 	}
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: t, VChannels: vs, Scope: col.scope(),
 		Body:           messages.PartitionBody{CollectionRef: col.ref(), PartitionID: partition},

@@ -495,7 +495,7 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 		return wire.AllocateReply{VChannels: vs}, nil
 	}
 	if req.Lookup {
-		return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d has no vchannels", req.CollectionID)
+		return wire.AllocateReply{}, nil
 	}
 	order := slices.Clone(ctl.channels)
 	slices.SortStableFunc(order, func(a, b *wire.Assignment) int { return a.VChannels - b.VChannels })

@@ -99,8 +99,8 @@ func ResultOf(m *messages.ImmutableMessage, err error) AppendResult {
 type AllocateRequest struct {
 	CollectionID int64 `json:"collection_id"`
 	Shards       int   `json:"shards"`
-	// Lookup only returns the VChannels of an allocated collection (an
-	// invalid argument if it has none); it never allocates.
+	// Lookup only returns the VChannels of an allocated collection (none
+	// if it has none); it never allocates.
 	Lookup bool `json:"lookup,omitempty"`
 	// DBName and Name, when set, must be those the collection was
 	// allocated under (an invalid argument otherwise).
