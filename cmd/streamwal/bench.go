@@ -111,12 +111,13 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 	if err := f.check(); err != nil {
 		return err
 	}
-	c, ctx, cancel, err := f.connect(cmd)
-	if err != nil {
-		return err
-	}
-	defer cancel()
-	defer c.Close()
+	return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+		return benchAll(ctx, cmd, f, c)
+	})
+}
+
+// benchAll runs every workload on both systems and prints the results.
+func benchAll(ctx context.Context, cmd *cobra.Command, f *benchFlags, c *client.Client) error {
 	b, err := newBench(ctx, f, c, cmd.ErrOrStderr())
 	if err != nil {
 		return err

@@ -35,21 +35,24 @@ func (f *connFlags) add(cmd *cobra.Command) {
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of text")
 }
 
-// connect opens a client and a context bounded by --timeout.
-func (f *connFlags) connect(cmd *cobra.Command) (*client.Client, context.Context, context.CancelFunc, error) {
+// withClient runs fn with a client of the cluster and a context bounded
+// by --timeout, and closes the client afterwards.
+func (f *connFlags) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
 	cluster, err := streamwal.ParseCluster(f.cluster)
 	if err != nil {
-		return nil, nil, nil, err
+		return err
 	}
 	if f.timeout <= 0 {
-		return nil, nil, nil, fmt.Errorf("--timeout must be positive")
+		return fmt.Errorf("--timeout must be positive")
 	}
 	c, err := client.Connect(f.server, client.WithCluster(cluster), client.WithoutLocalBypass())
 	if err != nil {
-		return nil, nil, nil, err
+		return err
 	}
+	defer c.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-	return c, ctx, cancel, nil
+	defer cancel()
+	return fn(ctx, c)
 }
 
 // printJSON writes v as one JSON line.
@@ -65,20 +68,16 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show the coordinator, the nodes and every PChannel",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, ctx, cancel, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
-			st, err := c.Status(ctx)
-			if err != nil {
-				return err
-			}
-			if f.json {
-				return printJSON(cmd.OutOrStdout(), st)
-			}
-			return printStatus(cmd.OutOrStdout(), st)
+			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				st, err := c.Status(ctx)
+				if err != nil {
+					return err
+				}
+				if f.json {
+					return printJSON(cmd.OutOrStdout(), st)
+				}
+				return printStatus(cmd.OutOrStdout(), st)
+			})
 		},
 	}
 	f.add(cmd)
@@ -118,13 +117,9 @@ func newCollectionCmd() *cobra.Command {
 				if col.DBName == "" || col.Name == "" || col.ID <= 0 {
 					return fmt.Errorf("--db, --name and a positive --id are required")
 				}
-				c, ctx, cancel, err := f.connect(cmd)
-				if err != nil {
-					return err
-				}
-				defer cancel()
-				defer c.Close()
-				return runCollection(ctx, cmd.OutOrStdout(), c, op, *col, f.json)
+				return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+					return runCollection(ctx, cmd.OutOrStdout(), c, op, *col, f.json)
+				})
 			},
 		}
 		f.add(sub)
@@ -180,24 +175,20 @@ func newAppendCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--vchannel: %w", err)
 			}
-			c, ctx, cancel, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
-			t, err := c.Codec().Registry().Lookup(typ)
-			if err != nil {
-				return fmt.Errorf("--type: %w", err)
-			}
-			payloads, err := appendPayloads(cmd.InOrStdin(), args)
-			if err != nil {
-				return err
-			}
-			if err := c.CheckPChannel(ctx, v.PChannel()); err != nil {
-				return err
-			}
-			return runAppend(ctx, cmd.OutOrStdout(), c, v, t, payloads, f.json)
+			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				t, err := c.Codec().Registry().Lookup(typ)
+				if err != nil {
+					return fmt.Errorf("--type: %w", err)
+				}
+				payloads, err := appendPayloads(cmd.InOrStdin(), args)
+				if err != nil {
+					return err
+				}
+				if err := c.CheckPChannel(ctx, v.PChannel()); err != nil {
+					return err
+				}
+				return runAppend(ctx, cmd.OutOrStdout(), c, v, t, payloads, f.json)
+			})
 		},
 	}
 	f.add(cmd)
@@ -271,13 +262,9 @@ func newTailCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, ctx, cancel, err := f.connect(cmd)
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer c.Close()
-			return runTail(ctx, cmd.OutOrStdout(), c, o, limit, f.json)
+			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				return runTail(ctx, cmd.OutOrStdout(), c, o, limit, f.json)
+			})
 		},
 	}
 	f.add(cmd)
