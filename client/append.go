@@ -259,6 +259,7 @@ func (b *batcher) retry(e *entry, err error) {
 		e.backoff.MaxInterval = b.c.opts.retryMax
 	}
 	delay := e.backoff.NextBackOff()
+	b.c.opts.logger.Debug().Err(err).Str("pchannel", b.p.String()).Dur("backoff", delay).Msg("append retried")
 	b.c.wg.Add(1)
 	go func() {
 		defer b.c.wg.Done()

@@ -97,7 +97,7 @@ func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.
 // process.
 func WithoutLocalBypass() Option { return func(o *options) { o.local = false } }
 
-// WithLogger sets the logger (default: none).
+// WithLogger sets the logger of retries and reads (default: none).
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithTracerProvider sets the OpenTelemetry tracer provider (default:
@@ -155,7 +155,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := jetstream.New(nc, codec, jetstream.Options{})
+	be, err := jetstream.New(nc, codec, jetstream.Options{Logger: o.logger})
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -36,16 +35,13 @@ func TestMain(m *testing.M) {
 	)
 }
 
-// debugLogger, when set, receives the components' logs.
-var debugLogger *zerolog.Logger = nil
-
 // startSystem starts an in-process cluster on a fresh server.
 func startSystem(t *testing.T, coords, nodes int) *system.System {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := system.Start(ctx, system.Options{Cluster: "it", Coordinators: coords, Nodes: nodes,
-		ServerOptions: embedded.Options{StoreDir: t.TempDir()}, Logger: debugLogger})
+		ServerOptions: embedded.Options{StoreDir: t.TempDir()}})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s

@@ -46,9 +46,6 @@ func startSystemWith(t *testing.T, o system.Options) *system.System {
 		o.Cluster = "it"
 	}
 	o.ServerOptions = embedded.Options{StoreDir: t.TempDir()}
-	if o.Logger == nil {
-		o.Logger = debugLogger
-	}
 	s, err := system.Start(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
@@ -352,7 +349,7 @@ func TestNodeRestartSameID(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := node.Config{Conn: nc, Codec: s.Codec, ID: victim, Logger: debugLogger}
+	cfg := node.Config{Conn: nc, Codec: s.Codec, ID: victim}
 	cfg.Backend.GroupCommit = s.Server.SyncAlways()
 	restarted, err := node.Start(ctx, cfg)
 	require.NoError(t, err)

@@ -74,7 +74,7 @@ func runServe(cmd *cobra.Command, f *serveFlags) error {
 	defer srv.Shutdown()
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
-	sys, err := system.Start(ctx, system.Options{Cluster: cluster, Server: srv, Logger: &log,
+	sys, err := system.Start(ctx, system.Options{Cluster: cluster, Server: srv, Logger: log,
 		Coord: coord.Config{PChannels: f.pchannels}})
 	if err != nil {
 		return err

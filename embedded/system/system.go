@@ -37,8 +37,9 @@ type Options struct {
 	// connections, codecs and IDs are filled in).
 	Coord coord.Config
 	Node  node.Config
-	// Logger receives every component's logs (default: none).
-	Logger *zerolog.Logger
+	// Logger receives every component's logs (the zero value discards
+	// them).
+	Logger zerolog.Logger
 }
 
 // System is an in-process cluster.
@@ -73,10 +74,6 @@ func Start(ctx context.Context, o Options) (*System, error) {
 		o.Nodes = 0
 	} else if o.Nodes == 0 {
 		o.Nodes = 1
-	}
-	if o.Logger == nil {
-		nop := zerolog.Nop()
-		o.Logger = &nop
 	}
 	codec, err := messages.NewCodec(o.Cluster, nil)
 	if err != nil {

@@ -30,7 +30,7 @@ func (t *term) startBroadcaster(ctx context.Context) error {
 		Callbacks: map[string]broadcast.Callback{
 			messages.TypeDropCollection.Name: t.ctl.dropCollection,
 		},
-		Logger: &t.log,
+		Logger: t.log,
 	})
 	t.codec = codec
 	return t.bc.Resume(ctx)

@@ -48,6 +48,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/balance"
 )
@@ -91,7 +92,7 @@ type Config struct {
 	// Policy is the balance policy (default balance.DefaultPolicy()).
 	Policy *balance.Policy
 	// Logger receives the coordinator's logs (default: none).
-	Logger *zerolog.Logger
+	Logger zerolog.Logger
 }
 
 // withDefaults validates c and fills in defaults.
@@ -130,10 +131,6 @@ func (c Config) withDefaults() (Config, error) {
 	if err := c.Policy.Validate(); err != nil {
 		return c, err
 	}
-	if c.Logger == nil {
-		nop := zerolog.Nop()
-		c.Logger = &nop
-	}
 	return c, nil
 }
 
@@ -166,7 +163,7 @@ func Start(ctx context.Context, cfg Config) (*Coordinator, error) {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "jetstream: %v", err)
 	}
 	c := &Coordinator{cfg: cfg, js: js, stop: make(chan struct{}), done: make(chan struct{}),
-		log: cfg.Logger.With().Str("component", "coord").Str("coord", cfg.ID).Logger()}
+		log: logging.Component(cfg.Logger, "coord").With().Str("coord", cfg.ID).Logger()}
 	if c.buckets, err = Provision(ctx, js, cfg.Cluster, cfg.Replicas, cfg.LeaseTTL); err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
@@ -56,7 +57,7 @@ type Config struct {
 	// CloseBudget bounds a graceful close (default 3 s).
 	CloseBudget time.Duration
 	// Logger receives the node's logs (default: none).
-	Logger *zerolog.Logger
+	Logger zerolog.Logger
 }
 
 // withDefaults validates c and fills in defaults.
@@ -72,10 +73,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.CloseBudget <= 0 {
 		c.CloseBudget = DefaultCloseBudget
-	}
-	if c.Logger == nil {
-		nop := zerolog.Nop()
-		c.Logger = &nop
 	}
 	return c, nil
 }
@@ -119,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: cfg, be: be, session: nuid.Next(),
-		log:      cfg.Logger.With().Str("component", "node").Str("node", string(cfg.ID)).Logger(),
+		log:      logging.Component(cfg.Logger, "node").With().Str("node", string(cfg.ID)).Logger(),
 		oracle:   &remoteOracle{nc: cfg.Conn, subject: cfg.Codec.Cluster().CoordSubject(streamwal.CoordTSO)},
 		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
 		requests: make(chan struct{}, maxRequests), stop: make(chan struct{})}

@@ -68,7 +68,7 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 		n.drop(p, cur)
 	}
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: req.Term, Node: string(n.cfg.ID),
-		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: &n.log})
+		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log})
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
 )
@@ -55,7 +56,7 @@ type Config struct {
 	MaxTombstones int
 	TombstoneAge  time.Duration
 	GCInterval    time.Duration
-	Logger        *zerolog.Logger
+	Logger        zerolog.Logger
 }
 
 // Request is one broadcast.
@@ -113,11 +114,7 @@ func New(cfg Config) *Broadcaster {
 	if cfg.GCInterval <= 0 {
 		cfg.GCInterval = DefaultGCInterval
 	}
-	if cfg.Logger == nil {
-		nop := zerolog.Nop()
-		cfg.Logger = &nop
-	}
-	b := &Broadcaster{cfg: cfg, log: cfg.Logger.With().Str("component", "broadcaster").Logger(),
+	b := &Broadcaster{cfg: cfg, log: logging.Component(cfg.Logger, "broadcaster"),
 		locks: NewKeyLocks(), granted: map[uint64]chan struct{}{}, runs: map[uint64]*run{},
 		idem: map[string]*run{}, wake: make(chan struct{}, 1)}
 	b.ctx, b.cancel = context.WithCancel(context.Background())

@@ -48,8 +48,8 @@ type Config struct {
 	// Ticks publishes live ticks; nil publishes none (readers then advance
 	// only on persisted TimeTick messages).
 	Ticks TickPublisher
-	// Logger receives the WAL's logs (default: none).
-	Logger *zerolog.Logger
+	// Logger receives the WAL's logs (the zero value discards them).
+	Logger zerolog.Logger
 }
 
 // withDefaults validates c and fills in defaults.
@@ -62,10 +62,6 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = DefaultSyncInterval
-	}
-	if c.Logger == nil {
-		nop := zerolog.Nop()
-		c.Logger = &nop
 	}
 	return c, nil
 }
