@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
+
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
@@ -137,26 +139,42 @@ func (b *Broadcaster) appendTarget(r *run, name string) error {
 // appendRetrying appends m until it lands, the broadcaster stops, or a
 // refusal that can never succeed.
 func (b *Broadcaster) appendRetrying(m *messages.MutableMessage) (wire.AppendResult, error) {
-	delay := 10 * time.Millisecond
-	for {
+	var res wire.AppendResult
+	err := b.retry(time.Second, func() error {
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-		res, err := b.cfg.Appender.Append(ctx, m.Clone())
-		cancel()
-		if err == nil {
-			return res, nil
+		defer cancel()
+		var err error
+		res, err = b.cfg.Appender.Append(ctx, m.Clone())
+		if err != nil && b.ctx.Err() == nil && !streamwal.IsRetriableWithID(err) {
+			return backoff.Permanent(err)
 		}
-		if b.ctx.Err() != nil {
-			return wire.AppendResult{}, errStopped
-		}
-		if !streamwal.IsRetriableWithID(err) {
-			return wire.AppendResult{}, err
+		return err
+	})
+	return res, err
+}
+
+// retry calls fn until it succeeds, returns a backoff.Permanent error
+// (returned unwrapped), or the broadcaster stops (errStopped), pausing
+// between attempts from 10 ms, doubling up to maxDelay.
+func (b *Broadcaster) retry(maxDelay time.Duration, fn func() error) error {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval, bo.Multiplier, bo.RandomizationFactor = 10*time.Millisecond, maxDelay, 2, 0
+	for {
+		err := fn()
+		var permanent *backoff.PermanentError
+		switch {
+		case err == nil:
+			return nil
+		case errors.As(err, &permanent):
+			return permanent.Unwrap()
+		case b.ctx.Err() != nil:
+			return errStopped
 		}
 		select {
 		case <-b.ctx.Done():
-			return wire.AppendResult{}, errStopped
-		case <-time.After(delay):
+			return errStopped
+		case <-time.After(bo.NextBackOff()):
 		}
-		delay = min(2*delay, time.Second)
 	}
 }
 
@@ -292,20 +310,13 @@ func (b *Broadcaster) runCallback(r *run) bool {
 	if cb == nil {
 		return true
 	}
-	delay := 10 * time.Millisecond
-	for {
+	return b.retry(5*time.Second, func() error {
 		err := cb(b.ctx, b.snapshot(r))
-		if err == nil {
-			return true
+		if err != nil {
+			b.log.Warn().Err(err).Uint64("broadcast", r.task.ID).Str("type", r.task.Type).Msg("callback failed; retrying")
 		}
-		b.log.Warn().Err(err).Uint64("broadcast", r.task.ID).Str("type", r.task.Type).Msg("callback failed; retrying")
-		select {
-		case <-b.ctx.Done():
-			return false
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
+		return err
+	}) == nil
 }
 
 // finish persists the tombstone, then releases the keys.
@@ -348,23 +359,16 @@ func (b *Broadcaster) fail(r *run, err error) {
 func (b *Broadcaster) save(r *run) error {
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
-	delay := 10 * time.Millisecond
-	for {
+	return b.retry(5*time.Second, func() error {
 		t := b.snapshot(r)
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
 		err := b.cfg.Store.Save(ctx, t)
-		cancel()
-		if err == nil {
-			return nil
+		if err != nil {
+			b.log.Warn().Err(err).Uint64("broadcast", t.ID).Msg("save task; retrying")
 		}
-		b.log.Warn().Err(err).Uint64("broadcast", t.ID).Msg("save task; retrying")
-		select {
-		case <-b.ctx.Done():
-			return errStopped
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 5*time.Second)
-	}
+		return err
+	})
 }
 
 // snapshot copies a task under the lock.
