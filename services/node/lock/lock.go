@@ -41,27 +41,62 @@ func (r Request) normalized() Request {
 	return r
 }
 
-// conflicts reports whether two requests cannot hold their locks at once.
-func conflicts(a, b Request) bool {
-	ax := a.Lock.Mode == messages.LockExclusive
-	bx := b.Lock.Mode == messages.LockExclusive
+// census counts requests by what they conflict with, so that a conflict
+// check costs the same however many requests are held or waiting.
+type census struct {
+	all        int
+	pExclusive int
+	vShared    map[streamwal.VChannel]int
+	vExclusive map[streamwal.VChannel]int
+}
+
+// add counts r (d = 1) or stops counting it (d = -1); r is normalized.
+func (c *census) add(r Request, d int) {
+	c.all += d
 	switch {
-	case ax && a.Lock.Scope == messages.ScopePChannel, bx && b.Lock.Scope == messages.ScopePChannel:
-		return true
-	case a.Lock.Scope == messages.ScopeVChannel && b.Lock.Scope == messages.ScopeVChannel:
-		return a.VChannel == b.VChannel && (ax || bx)
+	case r.Lock.Scope == messages.ScopePChannel && r.Lock.Mode == messages.LockExclusive:
+		c.pExclusive += d
+	case r.Lock.Scope == messages.ScopeVChannel:
+		m := &c.vShared
+		if r.Lock.Mode == messages.LockExclusive {
+			m = &c.vExclusive
+		}
+		if *m == nil {
+			*m = map[streamwal.VChannel]int{}
+		}
+		if (*m)[r.VChannel] += d; (*m)[r.VChannel] == 0 {
+			delete(*m, r.VChannel)
+		}
 	}
-	return false
+}
+
+// conflicts reports whether r conflicts with a counted request; it agrees
+// with the pairwise rule of the package doc.
+func (c *census) conflicts(r Request) bool {
+	switch {
+	case c.pExclusive > 0:
+		return true
+	case r.Lock.Scope == messages.ScopePChannel:
+		return r.Lock.Mode == messages.LockExclusive && c.all > 0
+	case c.vExclusive[r.VChannel] > 0:
+		return true
+	}
+	return r.Lock.Mode == messages.LockExclusive && c.vShared[r.VChannel] > 0
 }
 
 // Table holds the granted and waiting requests.
 type Table struct {
 	holders map[uint64]Request
-	waiting []Request
+	held    census
+	waiting []Request // in arrival order
+	queued  census    // the waiting requests
+	waitIDs map[uint64]struct{}
 }
 
 // NewTable returns an empty table.
-func NewTable() *Table { return &Table{holders: map[uint64]Request{}} }
+func NewTable() *Table {
+	return &Table{holders: map[uint64]Request{}, waitIDs: map[uint64]struct{}{}}
+}
 
 // Acquire grants r at once (true) or queues it (false). A request with an
 // ID already live, or a VChannel-scoped lock without a VChannel, is an
@@ -74,79 +109,79 @@ func (t *Table) Acquire(r Request) (bool, error) {
 	if r.Lock.Scope == messages.ScopeVChannel && r.VChannel.IsZero() {
 		return false, streamwal.Errorf(streamwal.CodeInvalidArgument, "vchannel lock %d without a vchannel", r.ID)
 	}
-	if t.compatible(r, t.waiting) {
-		t.holders[r.ID] = r
+	if !t.held.conflicts(r) && !t.queued.conflicts(r) {
+		t.hold(r)
 		return true, nil
 	}
 	t.waiting = append(t.waiting, r)
+	t.queued.add(r, 1)
+	t.waitIDs[r.ID] = struct{}{}
 	return false, nil
+}
+
+// hold records r as a holder.
+func (t *Table) hold(r Request) {
+	t.holders[r.ID] = r
+	t.held.add(r, 1)
 }
 
 // Release drops a held lock and returns the IDs it let through, in order.
 func (t *Table) Release(id uint64) ([]uint64, error) {
-	if _, ok := t.holders[id]; !ok {
+	r, ok := t.holders[id]
+	if !ok {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "lock %d is not held", id)
 	}
 	delete(t.holders, id)
+	t.held.add(r, -1)
 	return t.grant(), nil
 }
 
 // Cancel withdraws a waiting request (its caller gave up) and returns the
 // IDs that this let through.
 func (t *Table) Cancel(id uint64) ([]uint64, error) {
+	if _, ok := t.waitIDs[id]; !ok {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "lock %d is not waiting", id)
+	}
 	for i, w := range t.waiting {
 		if w.ID == id {
 			t.waiting = append(t.waiting[:i], t.waiting[i+1:]...)
-			return t.grant(), nil
+			t.queued.add(w, -1)
+			delete(t.waitIDs, id)
+			break
 		}
 	}
-	return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "lock %d is not waiting", id)
+	return t.grant(), nil
 }
 
 // grant lets through every waiting request compatible with the holders
 // and with the requests still waiting before it.
 func (t *Table) grant() []uint64 {
+	if len(t.waiting) == 0 {
+		return nil
+	}
 	var granted []uint64
-	var still []Request
+	var still census
+	kept := t.waiting[:0]
 	for _, w := range t.waiting {
-		if t.compatible(w, still) {
-			t.holders[w.ID] = w
+		if !t.held.conflicts(w) && !still.conflicts(w) {
+			t.hold(w)
+			delete(t.waitIDs, w.ID)
 			granted = append(granted, w.ID)
 			continue
 		}
-		still = append(still, w)
+		still.add(w, 1)
+		kept = append(kept, w)
 	}
-	t.waiting = still
+	clear(t.waiting[len(kept):])
+	t.waiting, t.queued = kept, still
 	return granted
-}
-
-// compatible reports whether r conflicts with no holder and no request in
-// before.
-func (t *Table) compatible(r Request, before []Request) bool {
-	for _, h := range t.holders {
-		if conflicts(r, h) {
-			return false
-		}
-	}
-	for _, b := range before {
-		if conflicts(r, b) {
-			return false
-		}
-	}
-	return true
 }
 
 // live reports whether id is held or waiting.
 func (t *Table) live(id uint64) bool {
-	if _, ok := t.holders[id]; ok {
-		return true
-	}
-	for _, w := range t.waiting {
-		if w.ID == id {
-			return true
-		}
-	}
-	return false
+	_, held := t.holders[id]
+	_, waiting := t.waitIDs[id]
+	return held || waiting
 }
 
 // Held reports whether id holds its lock.
