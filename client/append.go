@@ -173,13 +173,19 @@ func (c *Client) enqueue(entries ...*entry) error {
 	return nil
 }
 
-// batcher coalesces the appends of one PChannel into requests.
+// batcher coalesces the appends of one PChannel into requests. While a
+// request is in flight, queued appends linger (up to the client's linger)
+// for company, so that a burst of appends released by one reply goes out
+// as one request instead of a first request of one message and a second
+// of the rest.
 type batcher struct {
 	c        *Client
 	p        streamwal.PChannel
 	mu       sync.Mutex
 	queue    []*entry
 	inflight int
+	linger   *time.Timer // armed while queued appends linger
+	due      bool        // the linger ran out: send what is queued
 	closed   bool
 }
 
@@ -198,19 +204,23 @@ func (b *batcher) enqueue(entries ...*entry) {
 }
 
 // kickLocked sends queued entries while fewer than maxInFlight requests
-// are out.
+// are out and the queue may go: nothing is in flight, a batch is full, or
+// the linger ran out.
 func (b *batcher) kickLocked() {
-	for b.inflight < b.c.opts.maxInFlight && len(b.queue) > 0 {
-		var batch []*entry
-		for len(b.queue) > 0 && len(batch) < b.c.opts.maxBatch {
-			e := b.queue[0]
-			b.queue = b.queue[1:]
-			if e.ctx.Err() != nil {
-				e.expired()
-				continue
+	o := b.c.opts
+	for b.inflight < o.maxInFlight && len(b.queue) > 0 {
+		if b.inflight > 0 && len(b.queue) < o.maxBatch && o.linger > 0 && !b.due {
+			if b.linger == nil {
+				b.linger = time.AfterFunc(o.linger, b.lingered)
 			}
-			batch = append(batch, e)
+			return
 		}
+		b.due = false
+		if b.linger != nil {
+			b.linger.Stop()
+			b.linger = nil
+		}
+		batch := b.take(o.maxBatch)
 		if len(batch) == 0 {
 			return
 		}
@@ -218,6 +228,34 @@ func (b *batcher) kickLocked() {
 		b.c.wg.Add(1)
 		go b.send(batch)
 	}
+}
+
+// lingered sends what waited for company.
+func (b *batcher) lingered() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.linger = nil
+	if b.closed {
+		return
+	}
+	b.due = true
+	b.kickLocked()
+}
+
+// take removes up to n live entries from the head of the queue, resolving
+// those whose callers gave up.
+func (b *batcher) take(n int) []*entry {
+	var batch []*entry
+	for len(b.queue) > 0 && len(batch) < n {
+		e := b.queue[0]
+		b.queue = b.queue[1:]
+		if e.ctx.Err() != nil {
+			e.expired()
+			continue
+		}
+		batch = append(batch, e)
+	}
+	return batch
 }
 
 // send makes one request (or one local call) and settles its entries.
@@ -286,6 +324,10 @@ func (b *batcher) close() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.closed = true
+	if b.linger != nil {
+		b.linger.Stop()
+		b.linger = nil
+	}
 	for _, e := range b.queue {
 		e.finish(AppendResult{}, errClosed())
 	}

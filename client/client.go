@@ -56,6 +56,7 @@ const (
 	DefaultTimeout     = 5 * time.Second
 	DefaultMaxBatch    = 256
 	DefaultMaxInFlight = 4
+	DefaultLinger      = time.Millisecond
 )
 
 // options are the client's settings.
@@ -65,6 +66,7 @@ type options struct {
 	timeout     time.Duration
 	maxBatch    int
 	maxInFlight int
+	linger      time.Duration
 	retryMax    time.Duration
 	local       bool
 	logger      zerolog.Logger
@@ -89,6 +91,12 @@ func WithMaxBatch(n int) Option { return func(o *options) { o.maxBatch = n } }
 
 // WithMaxInFlight bounds the append requests in flight per PChannel.
 func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n } }
+
+// WithLinger bounds how long appends wait for company while a request to
+// their PChannel is already in flight (default 1 ms). An append to a
+// PChannel with nothing in flight goes out at once, and a full batch never
+// waits; 0 sends whatever is queued as soon as a request may go.
+func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
 // WithRetryMaxInterval caps the backoff between retries (default 1 s).
 func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.retryMax = d } }
@@ -140,7 +148,7 @@ func Connect(url string, opts ...Option) (*Client, error) {
 // caller's.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := options{cluster: DefaultCluster, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch,
-		maxInFlight: DefaultMaxInFlight, retryMax: time.Second, local: true, logger: zerolog.Nop(),
+		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, local: true, logger: zerolog.Nop(),
 		tracer: noop.NewTracerProvider()}
 	for _, f := range opts {
 		f(&o)
@@ -148,8 +156,8 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if nc == nil {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client needs a connection")
 	}
-	if o.timeout <= 0 || o.maxBatch <= 0 || o.maxInFlight <= 0 || o.retryMax <= 0 {
-		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client timeout, batch, in-flight and retry bounds must be positive")
+	if o.timeout <= 0 || o.maxBatch <= 0 || o.maxInFlight <= 0 || o.retryMax <= 0 || o.linger < 0 {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client timeout, batch, in-flight and retry bounds must be positive and the linger not negative")
 	}
 	codec, err := messages.NewCodec(o.cluster, o.registry)
 	if err != nil {

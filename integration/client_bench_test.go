@@ -40,16 +40,16 @@ func BenchmarkClient(b *testing.B) {
 	if _, err := s.WaitServing(ctx, false); err != nil {
 		b.Fatal(err)
 	}
-	remote := benchClient(b, s, client.WithoutLocalBypass())
-	local := benchClient(b, s)
+	remote := benchClient(b, s, client.WithoutLocalBypass(), client.WithMaxBatch(512))
+	local := benchClient(b, s, client.WithMaxBatch(512))
 	vs := benchCollections(b, remote, 16)
 	n := max(b.N, 2000)
 	b.ResetTimer()
 	rRemote := benchClientAppend(b, remote, vs, n)
 	rLocal := benchClientAppend(b, local, vs, n)
 	rBatch := benchRawBatches(b, s.Conn(), n)
-	rRead := benchClientRead(b, remote, vs[0])
-	rRawRead := benchRawRead(b, s.Conn(), "RAWBATCH")
+	rRead, counts := benchClientReads(b, remote, vs)
+	rRawRead := benchRawReads(b, s.Conn(), vs, counts)
 	b.StopTimer()
 	b.ReportMetric(rRemote, "remote-msgs/s")
 	b.ReportMetric(rLocal, "local-msgs/s")
@@ -92,6 +92,12 @@ func benchCollections(b *testing.B, c *client.Client, n int) []streamwal.VChanne
 
 var benchPayload = make([]byte, 1024)
 
+// benchWindow is how many appends each benchmark goroutine keeps in flight:
+// 64 goroutines on 16 PChannels keep about 2000 appends in flight on each,
+// so that its group commits can fill atomic batches of 1000 as the raw
+// path's do.
+const benchWindow = 512
+
 // benchClientAppend appends n messages from 64 goroutines.
 func benchClientAppend(b *testing.B, c *client.Client, vs []streamwal.VChannel, n int) float64 {
 	start := time.Now()
@@ -110,7 +116,7 @@ func benchClientAppend(b *testing.B, c *client.Client, vs []streamwal.VChannel, 
 					}
 					window = append(window, c.AppendAsync(context.Background(), m))
 				}
-				if len(window) == 32 || i >= n {
+				if len(window) == benchWindow || i >= n {
 					if _, err := window[0].Wait(); err != nil {
 						b.Error(err)
 						return
@@ -151,65 +157,90 @@ func benchRawBatches(b *testing.B, nc *nats.Conn, n int) float64 {
 	return float64(n) / time.Since(start).Seconds()
 }
 
-// benchClientRead reads a VChannel from the start to its current end.
-func benchClientRead(b *testing.B, c *client.Client, v streamwal.VChannel) float64 {
+// benchClientReads reads every VChannel from the start to its PChannel's
+// current end, all at once, one client scanner each, and returns the rate
+// and how many messages each read.
+func benchClientReads(b *testing.B, c *client.Client, vs []streamwal.VChannel) (float64, []int) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	end, err := c.Status(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var last messages.MessageID
+	last := map[string]messages.MessageID{}
 	for _, ch := range end.Channels {
-		if ch.PChannel == v.PChannel().String() {
-			last = ch.LastID
-		}
+		last[ch.PChannel] = ch.LastID
 	}
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert, messages.TypeTimeTick}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	start, count := time.Now(), 0
-	for m, err := range s.All(ctx) {
+	return benchReads(vs, func(i int) int {
+		s, err := c.Read(ctx, client.ReadOptions{VChannel: vs[i], Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert, messages.TypeTimeTick}})
 		if err != nil {
-			b.Fatal(err)
+			b.Error(err)
+			return 0
 		}
-		count++
-		if m.ID() >= last {
-			break
+		defer s.Close()
+		count := 0
+		for m, err := range s.All(ctx) {
+			if err != nil {
+				b.Error(err)
+				return count
+			}
+			count++
+			if m.ID() >= last[vs[i].PChannel().String()] {
+				break
+			}
 		}
-	}
-	return float64(count) / time.Since(start).Seconds()
+		return count
+	})
 }
 
-// benchRawRead reads a raw stream with an ordered consumer.
-func benchRawRead(b *testing.B, nc *nats.Conn, stream string) float64 {
+// benchRawReads reads, for every VChannel at once, as many messages as
+// counts says from its PChannel's stream with a raw ordered consumer
+// filtered to the subjects the client reads (the VChannel's own and its
+// PChannel's).
+func benchRawReads(b *testing.B, nc *nats.Conn, vs []streamwal.VChannel, counts []int) float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	js, err := njs.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		b.Fatal(err)
-	}
-	total := st.CachedInfo().State.Msgs
-	cons, err := js.OrderedConsumer(ctx, stream, njs.OrderedConsumerConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer it.Stop()
-	start := time.Now()
-	for range total {
-		if _, err := it.Next(njs.NextContext(ctx)); err != nil {
-			b.Fatal(err)
+	c := streamwal.Cluster("bench")
+	rate, _ := benchReads(vs, func(i int) int {
+		cons, err := js.OrderedConsumer(ctx, c.StreamName(vs[i].PChannel()), njs.OrderedConsumerConfig{FilterSubjects: c.VChannelFilter(vs[i])})
+		if err != nil {
+			b.Error(err)
+			return 0
 		}
+		it, err := cons.Messages()
+		if err != nil {
+			b.Error(err)
+			return 0
+		}
+		defer it.Stop()
+		for n := range counts[i] {
+			if _, err := it.Next(njs.NextContext(ctx)); err != nil {
+				b.Error(err)
+				return n
+			}
+		}
+		return counts[i]
+	})
+	return rate
+}
+
+// benchReads runs read for every VChannel at once and returns the total
+// rate and each one's count.
+func benchReads(vs []streamwal.VChannel, read func(i int) int) (float64, []int) {
+	counts := make([]int, len(vs))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range vs {
+		wg.Go(func() { counts[i] = read(i) })
 	}
-	return float64(total) / time.Since(start).Seconds()
+	wg.Wait()
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return float64(total) / time.Since(start).Seconds(), counts
 }
