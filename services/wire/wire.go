@@ -1,13 +1,25 @@
 // Package wire is the request-reply protocol between the client, the
-// coordinator and the nodes (DESIGN.md §2, §3): the JSON request and reply
+// coordinator and the nodes (DESIGN.md §2, §3): the request and reply
 // types of every `walapi` subject, the KV records the coordinator and the
 // nodes share, and the two halves of a call, [Call] and [Respond], which
 // carry typed errors across the hop with their codes intact. The
 // coordinator and the node never import each other; they meet here.
+//
+// Everything travels as JSON, replies in an envelope holding a body or an
+// error, except the append request and its reply ([AppendRequest],
+// [AppendReply]), which have a compact binary form (see [BinaryVersion]):
+// they are the hot path, up to a thousand messages of a kilobyte each per
+// request, and encoding/json (with the payloads in base64) was where much
+// of the client's and the node's CPU went. [Call], [Respond] and [Decode]
+// pick the binary form for any type that implements
+// encoding.BinaryMarshaler and encoding.BinaryUnmarshaler; a binary reply
+// travels without an envelope, and errors always travel as the JSON
+// envelope, whose first byte '{' is never a binary form's first byte.
 package wire
 
 import (
 	"context"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,9 +69,12 @@ type Requester interface {
 // Call sends req to subject and decodes the reply into reply (which may be
 // nil). Nobody answering, or no answer before ctx ends, is
 // streamwal.ErrUnavailable (retriable: the responder may be moving); an
-// error reply comes back as the streamwal error it was.
+// error reply comes back as the streamwal error it was. A req that
+// implements encoding.BinaryMarshaler goes in its binary form, any other
+// as JSON; a binary reply (see [Respond]) needs a reply that implements
+// encoding.BinaryUnmarshaler, and is streamwal.ErrInternal otherwise.
 func Call(ctx context.Context, nc Requester, subject string, req, reply any) error {
-	data, err := json.Marshal(req)
+	data, err := encodeRequest(req)
 	if err != nil {
 		return streamwal.Errorf(streamwal.CodeInvalidArgument, "encode request to %s: %v", subject, err)
 	}
@@ -72,6 +87,17 @@ func Call(ctx context.Context, nc Requester, subject string, req, reply any) err
 			return ctx.Err()
 		}
 		return streamwal.Errorf(streamwal.CodeUnavailable, "%s: %w", subject, err)
+	}
+	if len(msg.Data) == 0 || msg.Data[0] != '{' {
+		// Not an envelope: a binary body.
+		u, ok := reply.(encoding.BinaryUnmarshaler)
+		if !ok {
+			return streamwal.Errorf(streamwal.CodeInternal, "reply from %s: neither a JSON envelope nor a binary reply", subject)
+		}
+		if err := u.UnmarshalBinary(msg.Data); err != nil {
+			return streamwal.Errorf(streamwal.CodeInternal, "reply from %s: %v", subject, err)
+		}
+		return nil
 	}
 	var env envelope
 	if err := json.Unmarshal(msg.Data, &env); err != nil {
@@ -89,14 +115,35 @@ func Call(ctx context.Context, nc Requester, subject string, req, reply any) err
 	return nil
 }
 
+// encodeRequest is req's binary form if it has one, its JSON otherwise.
+func encodeRequest(req any) ([]byte, error) {
+	if m, ok := req.(encoding.BinaryMarshaler); ok {
+		return m.MarshalBinary()
+	}
+	return json.Marshal(req)
+}
+
 // Handler answers one request: it decodes data into its request type
 // (see Decode) and returns a reply body or an error.
 type Handler func(ctx context.Context, data []byte) (any, error)
 
-// Respond encodes a handler's result as the reply to m.
+// Respond encodes a handler's result as the reply to m: a body that
+// implements encoding.BinaryMarshaler as its binary form alone, anything
+// else (errors always) as the JSON envelope. A binary form that could pass
+// for an envelope (empty, or starting with '{') goes in the envelope as
+// JSON instead.
 func Respond(m *nats.Msg, body any, err error) error {
 	env := envelope{Error: ErrorOf(err)}
 	if err == nil && body != nil {
+		if bm, ok := body.(encoding.BinaryMarshaler); ok {
+			raw, merr := bm.MarshalBinary()
+			if merr != nil {
+				return respondEnvelope(m, envelope{Error: ErrorOf(streamwal.Errorf(streamwal.CodeInternal, "encode reply: %v", merr))})
+			}
+			if len(raw) > 0 && raw[0] != '{' {
+				return m.Respond(raw)
+			}
+		}
 		raw, merr := json.Marshal(body)
 		if merr != nil {
 			env.Error = ErrorOf(streamwal.Errorf(streamwal.CodeInternal, "encode reply: %v", merr))
@@ -104,6 +151,10 @@ func Respond(m *nats.Msg, body any, err error) error {
 			env.Body = raw
 		}
 	}
+	return respondEnvelope(m, env)
+}
+
+func respondEnvelope(m *nats.Msg, env envelope) error {
 	data, err := json.Marshal(env)
 	if err != nil {
 		return fmt.Errorf("encode reply envelope: %w", err)
@@ -111,10 +162,32 @@ func Respond(m *nats.Msg, body any, err error) error {
 	return m.Respond(data)
 }
 
-// Decode parses a request; malformed input is streamwal.ErrInvalidArgument.
+// Decode parses a request: one that implements
+// encoding.BinaryUnmarshaler from its binary form, any other from JSON.
+// Malformed input is streamwal.ErrInvalidArgument.
+//
+// Decode may keep data: the messages of an AppendRequest refer to it for
+// their Data instead of copying them, so data must not change while the
+// request is in use. A nats.Msg's Data qualifies: nats.go (v1.55.0,
+// Conn.processMsg) gives every message it delivers, to an asynchronous
+// handler as to a synchronous subscription, a Data of its own that it
+// never touches again, and a handler that hands its request on to a
+// goroutine, as the node's append handler does, keeps it valid there.
 func Decode(data []byte, req any) error {
-	if err := json.Unmarshal(data, req); err != nil {
-		return streamwal.Errorf(streamwal.CodeInvalidArgument, "malformed request: %v", err)
+	var err error
+	switch u := req.(type) {
+	case ownedUnmarshaler:
+		err = u.unmarshalOwned(data)
+	case encoding.BinaryUnmarshaler:
+		err = u.UnmarshalBinary(data)
+	default:
+		if err := json.Unmarshal(data, req); err != nil {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "malformed request: %v", err)
+		}
+		return nil
+	}
+	if err != nil {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "%w", err)
 	}
 	return nil
 }
