@@ -89,8 +89,34 @@ func (c *Client) newEntry(ctx context.Context, m *messages.MutableMessage, retry
 	if err != nil {
 		return nil, err
 	}
-	return &entry{ctx: ctx, m: m, wm: wire.Message{Subject: nm.Subject, Header: nm.Header, Data: nm.Data},
-		retry: retry, done: make(chan struct{})}, nil
+	e := &entry{ctx: ctx, m: m, wm: wire.Message{Subject: nm.Subject, Header: nm.Header, Data: nm.Data},
+		retry: retry, done: make(chan struct{})}
+	e.size = wireSize(e.wm)
+	if limit := c.requestBudget(); e.size > limit {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "message of %d bytes with its headers exceeds the %d bytes a request to a node carries", e.size, limit)
+	}
+	return e, nil
+}
+
+// requestOverhead is what an append request spends beyond its messages'
+// subjects, headers and data (framing, lengths), with room to spare.
+const requestOverhead = 4 << 10
+
+// requestBudget is how many bytes of messages one append request may
+// carry: the connection's maximum payload less the framing.
+func (c *Client) requestBudget() int {
+	return int(c.nc.MaxPayload()) - requestOverhead
+}
+
+// wireSize is what m weighs in a request, framing aside.
+func wireSize(m wire.Message) int {
+	n := len(m.Subject) + len(m.Data)
+	for k, vs := range m.Header {
+		for _, v := range vs {
+			n += len(k) + len(v) + 8
+		}
+	}
+	return n
 }
 
 // collect waits for every entry and returns the results or the first
@@ -121,6 +147,7 @@ type entry struct {
 	ctx     context.Context
 	m       *messages.MutableMessage
 	wm      wire.Message
+	size    int  // wireSize of wm
 	retry   bool // retried on retriable errors (it has a message ID)
 	sent    bool // went out at least once
 	backoff *backoff.ExponentialBackOff
@@ -183,6 +210,7 @@ type batcher struct {
 	p        streamwal.PChannel
 	mu       sync.Mutex
 	queue    []*entry
+	weight   int // of the queue, in wireSize bytes
 	inflight int
 	linger   *time.Timer // armed while queued appends linger
 	due      bool        // the linger ran out: send what is queued
@@ -200,6 +228,9 @@ func (b *batcher) enqueue(entries ...*entry) {
 		return
 	}
 	b.queue = append(b.queue, entries...)
+	for _, e := range entries {
+		b.weight += e.size
+	}
 	b.kickLocked()
 }
 
@@ -209,7 +240,8 @@ func (b *batcher) enqueue(entries ...*entry) {
 func (b *batcher) kickLocked() {
 	o := b.c.opts
 	for b.inflight < o.maxInFlight && len(b.queue) > 0 {
-		if b.inflight > 0 && len(b.queue) < o.maxBatch && o.linger > 0 && !b.due {
+		full := len(b.queue) >= o.maxBatch || b.weight >= b.c.requestBudget()
+		if b.inflight > 0 && !full && o.linger > 0 && !b.due {
 			if b.linger == nil {
 				b.linger = time.AfterFunc(o.linger, b.lingered)
 			}
@@ -220,7 +252,7 @@ func (b *batcher) kickLocked() {
 			b.linger.Stop()
 			b.linger = nil
 		}
-		batch := b.take(o.maxBatch)
+		batch := b.take(o.maxBatch, b.c.requestBudget())
 		if len(batch) == 0 {
 			return
 		}
@@ -242,17 +274,25 @@ func (b *batcher) lingered() {
 	b.kickLocked()
 }
 
-// take removes up to n live entries from the head of the queue, resolving
-// those whose callers gave up.
-func (b *batcher) take(n int) []*entry {
+// take removes from the head of the queue up to n live entries weighing
+// at most budget bytes together (at least one), resolving those whose
+// callers gave up.
+func (b *batcher) take(n, budget int) []*entry {
 	var batch []*entry
 	for len(b.queue) > 0 && len(batch) < n {
 		e := b.queue[0]
-		b.queue = b.queue[1:]
 		if e.ctx.Err() != nil {
+			b.queue = b.queue[1:]
+			b.weight -= e.size
 			e.expired()
 			continue
 		}
+		if len(batch) > 0 && e.size > budget {
+			break
+		}
+		b.queue = b.queue[1:]
+		b.weight -= e.size
+		budget -= e.size
 		batch = append(batch, e)
 	}
 	return batch
@@ -331,7 +371,7 @@ func (b *batcher) close() {
 	for _, e := range b.queue {
 		e.finish(AppendResult{}, errClosed())
 	}
-	b.queue = nil
+	b.queue, b.weight = nil, 0
 }
 
 // deliver appends a batch to p: directly to a WAL served in this process,

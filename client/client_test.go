@@ -211,7 +211,7 @@ func (mo *monitor) drain() ([]wire.AppendRequest, error) {
 			return out, nil
 		}
 		var req wire.AppendRequest
-		if err := json.Unmarshal(msg.Data, &req); err != nil {
+		if err := wire.Decode(msg.Data, &req); err != nil {
 			return out, err
 		}
 		out = append(out, req)
@@ -238,6 +238,7 @@ func TestNewValidation(t *testing.T) {
 		"zero in flight":      client.WithMaxInFlight(0),
 		"negative in flight":  client.WithMaxInFlight(-4),
 		"zero retry interval": client.WithRetryMaxInterval(0),
+		"negative linger":     client.WithLinger(-time.Millisecond),
 		"bad cluster name":    client.WithCluster("not a name"),
 	} {
 		_, err := client.New(nc, opt)
@@ -533,6 +534,71 @@ func TestAppendMaxBatch(t *testing.T) {
 	for _, r := range reqs {
 		require.LessOrEqual(t, len(r.Messages), 4)
 	}
+}
+
+// TestAppendRequestsFitMaxPayload: however many large appends are queued,
+// no request exceeds the connection's maximum payload, every append lands,
+// and a message that cannot fit in any request is an invalid argument at
+// once, sent nowhere.
+func TestAppendRequestsFitMaxPayload(t *testing.T) {
+	ctx := testCtx(t)
+	// The server's maximum payload is the codec's largest payload, so
+	// that such a message and its headers fit in no request.
+	s, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir(), MaxPayload: messages.DefaultMaxPayload},
+		Node: node.Config{SyncInterval: syncInterval}})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	_, err = s.WaitServing(ctx, false)
+	require.NoError(t, err)
+	var log syncBuffer
+	c := newClient(t, s, client.WithoutLocalBypass(), client.WithMaxInFlight(1), client.WithLogger(zerolog.New(&log).Level(zerolog.DebugLevel)))
+	_, v := createCollection(t, ctx, c)
+	mon := watchAppends(t, s, c, v.PChannel())
+	maxPayload := int(connect(t, s).MaxPayload())
+
+	const n = 24
+	big := strings.Repeat("x", maxPayload/8) // eight fill a request
+	futures := make([]*client.AppendFuture, n)
+	for i := range futures {
+		futures[i] = c.AppendAsync(ctx, insert(t, c, v, fmt.Sprint(i, big)))
+	}
+	for i, f := range futures {
+		_, err := f.Wait()
+		require.NoError(t, err, "append %d", i)
+	}
+	sent := 0
+	for _, r := range mon.requests(t) {
+		size := 0
+		for _, m := range r.Messages {
+			size += len(m.Data)
+		}
+		require.Less(t, size, maxPayload, "a request of %d messages carries %d bytes", len(r.Messages), size)
+		sent += len(r.Messages)
+	}
+	require.Equal(t, n, sent)
+	require.Zero(t, strings.Count(log.String(), "append retried"), "no request is refused for its size")
+
+	_, err = c.Append(ctx, insert(t, c, v, strings.Repeat("x", maxPayload)))
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	require.Empty(t, mon.requests(t), "an oversize message is not sent")
+}
+
+// syncBuffer is a log sink safe for the client's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestAppendRetrySafe: a message appended again with its message ID
