@@ -1,7 +1,9 @@
 package messages
 
 import (
+	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 
@@ -21,6 +23,39 @@ type Codec struct {
 	// names caches the strings of a channel and type (subject, header
 	// values), which every message of that channel repeats.
 	names sync.Map // nameKey -> *channelNames
+	// subjects caches the parsed subjects of stored messages, which every
+	// message of a channel and type repeats; at most maxSubjects of them.
+	subjects  sync.Map // string -> *storedSubject
+	nSubjects atomic.Int32
+}
+
+// maxSubjects bounds a codec's cache of parsed subjects.
+const maxSubjects = 1 << 14
+
+// storedSubject is a parsed subject with the canonical names of its
+// channels, which its messages' headers repeat.
+type storedSubject struct {
+	addr               streamwal.Address
+	pchannel, vchannel string
+}
+
+// parseSubject parses a stored message's subject, from the cache when it
+// was seen before.
+func (c *Codec) parseSubject(subject string) (*storedSubject, error) {
+	if s, ok := c.subjects.Load(subject); ok {
+		return s.(*storedSubject), nil
+	}
+	addr, err := c.cluster.ParseSubject(subject)
+	if err != nil {
+		return nil, err
+	}
+	s := &storedSubject{addr: addr, pchannel: addr.PChannel.String(), vchannel: addr.VChannel.String()}
+	if c.nSubjects.Load() < maxSubjects {
+		if _, loaded := c.subjects.LoadOrStore(strings.Clone(subject), s); !loaded {
+			c.nSubjects.Add(1)
+		}
+	}
+	return s, nil
 }
 
 // nameKey identifies the strings of one target and type.
@@ -115,41 +150,55 @@ func (c *Codec) Encode(m *MutableMessage) (*nats.Msg, error) {
 // Decode converts a stored NATS message and its stream sequence into an
 // immutable message. Malformed input is an error, never a panic.
 func (c *Codec) Decode(msg *nats.Msg, id MessageID) (*ImmutableMessage, error) {
-	m, err := c.DecodeMutable(msg)
+	m := &ImmutableMessage{id: id}
+	t, err := c.decode(msg, &m.h)
 	if err != nil {
 		return nil, err
 	}
 	if id == 0 {
 		return nil, invalid("message id 0 is not a stored message")
 	}
-	return m.Freeze(id), nil
+	m.typ, m.payload = t, msg.Data
+	return m, nil
 }
 
 // DecodeMutable converts a NATS message (for example one carried in an
 // append request) into a mutable message, checking that subject and headers
 // agree.
 func (c *Codec) DecodeMutable(msg *nats.Msg) (*MutableMessage, error) {
+	m := &MutableMessage{}
+	t, err := c.decode(msg, &m.h)
+	if err != nil {
+		return nil, err
+	}
+	m.typ, m.payload = t, msg.Data
+	return m, nil
+}
+
+// decode reads msg's properties into h, which nothing else holds, and
+// returns its type, checking that subject and headers agree.
+func (c *Codec) decode(msg *nats.Msg, h *Header) (*Type, error) {
 	if msg == nil {
 		return nil, wrapInvalid(ErrMalformed, "nil message")
 	}
-	addr, err := c.cluster.ParseSubject(msg.Subject)
+	subj, err := c.parseSubject(msg.Subject)
 	if err != nil {
 		return nil, wrapInvalid(ErrMalformed, "subject: %v", err)
 	}
-	t, h, err := decodeHeader(c.reg, msg.Header)
+	t, err := decodeHeader(c.reg, msg.Header, subj, h)
 	if err != nil {
 		return nil, err
 	}
-	if err := checkAddress(addr, t, &h); err != nil {
+	if err := checkAddress(subj.addr, t, h); err != nil {
 		return nil, err
 	}
-	if err := checkShape(t, &h); err != nil {
+	if err := checkShape(t, h); err != nil {
 		return nil, err
 	}
 	if err := checkBody(t, msg.Data); err != nil {
 		return nil, err
 	}
-	return &MutableMessage{typ: t, h: h, payload: msg.Data}, nil
+	return t, nil
 }
 
 // checkAddress verifies that the subject and the headers agree.

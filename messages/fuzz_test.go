@@ -2,6 +2,7 @@ package messages_test
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -73,6 +74,12 @@ func FuzzDecode(f *testing.F) {
 		}
 		msg := &nats.Msg{Subject: subject, Header: hdr, Data: data}
 		im, err := c.Decode(msg, 1)
+		// The decoder agrees with the reference one, whether its codec has
+		// seen the subject before (c, most of the time) or not (fresh).
+		ref, refErr := c.RefDecode(msg, 1)
+		requireSameDecode(t, hdr, ref, refErr, im, err)
+		fresh, freshErr := newCodec(t).Decode(msg, 1)
+		requireSameDecode(t, hdr, ref, refErr, fresh, freshErr)
 		if err != nil {
 			require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 			return
@@ -125,4 +132,39 @@ func FuzzParseResourceKey(f *testing.F) {
 		require.Equal(t, k, back)
 		require.Equal(t, []messages.ResourceKey{k}, messages.NormalizeKeys([]messages.ResourceKey{k, k}))
 	})
+}
+
+// requireSameDecode asserts that a decoder gave what the reference decoder
+// gave: the same message, or the same error. Only which of several bad
+// application properties is reported may differ, as both visit them in map
+// order.
+func requireSameDecode(t *testing.T, hdr nats.Header, want *messages.ImmutableMessage, wantErr error, got *messages.ImmutableMessage, err error) {
+	t.Helper()
+	if wantErr != nil {
+		require.Error(t, err, "the reference refused it: %v", wantErr)
+		require.Equal(t, streamwal.CodeOf(wantErr), streamwal.CodeOf(err))
+		for _, cause := range []error{messages.ErrMalformed, messages.ErrUnknownType, messages.ErrBadTarget, messages.ErrBadType, messages.ErrBadBody} {
+			require.Equal(t, errors.Is(wantErr, cause), errors.Is(err, cause), "cause %v: %v against %v", cause, err, wantErr)
+		}
+		if appKeys(hdr) < 2 || !strings.Contains(wantErr.Error(), messages.HdrAppPrefix) {
+			require.Equal(t, wantErr.Error(), err.Error())
+		}
+		return
+	}
+	require.NoError(t, err)
+	require.Same(t, want.Type(), got.Type())
+	require.Equal(t, want.ID(), got.ID())
+	require.Equal(t, want.Header(), got.Header())
+	require.True(t, bytes.Equal(want.Payload(), got.Payload()))
+}
+
+// appKeys counts the application properties of a header.
+func appKeys(hdr nats.Header) int {
+	n := 0
+	for k := range hdr {
+		if strings.HasPrefix(k, messages.HdrAppPrefix) {
+			n++
+		}
+	}
+	return n
 }

@@ -51,10 +51,10 @@ func (c *Codec) DecodeLiveTick(m *nats.Msg) (LiveTick, error) {
 		return LiveTick{}, wrapInvalid(ErrMalformed, "live tick without headers")
 	}
 	r := headerReader{hdr: m.Header}
-	if v := r.one(HdrVersion); v != versionText {
+	if v := r.value(HdrVersion); v != versionText {
 		r.fail(HdrVersion, v, "unsupported version")
 	}
-	p, err := streamwal.ParsePChannel(r.one(HdrPChannel))
+	p, err := streamwal.ParsePChannel(r.value(HdrPChannel))
 	if r.err == nil && err != nil {
 		r.fail(HdrPChannel, m.Header.Get(HdrPChannel), err)
 	}
@@ -63,7 +63,7 @@ func (c *Codec) DecodeLiveTick(m *nats.Msg) (LiveTick, error) {
 		hdr string
 		out *uint64
 	}{{HdrTimeTick, (*uint64)(&t.TimeTick)}, {HdrCovers, (*uint64)(&t.Covers)}, {HdrTerm, &t.Term}} {
-		v := r.one(f.hdr)
+		v := r.value(f.hdr)
 		n, err := parseUint(v)
 		if err == nil && n == 0 {
 			err = errZero

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Domain is the namespace of a resource key.
@@ -113,16 +114,20 @@ func checkKey(k ResourceKey) error {
 // no ASCII control characters, and no leading or trailing blank (nats.go
 // trims those).
 func printable(s string) bool {
-	if s != strings.TrimSpace(s) {
-		return false
-	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] == 0x7f {
 			return false
 		}
 	}
-	return true
+	if s == "" || asciiNonBlank(s[0]) && asciiNonBlank(s[len(s)-1]) {
+		return true // nothing TrimSpace would remove
+	}
+	return s == strings.TrimSpace(s)
 }
+
+// asciiNonBlank reports whether a byte other than a control character is
+// ASCII and not a space.
+func asciiNonBlank(c byte) bool { return c < utf8.RuneSelf && c != ' ' }
 
 // KeyScope names the resources a broadcast acts on; the type's KeyRules pick
 // what they need from it.

@@ -95,13 +95,21 @@ func parseUint(s string) (uint64, error) {
 	if len(s) > 1 && s[0] == '0' {
 		return 0, errLeadingZero
 	}
+	var n uint64
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
 			return 0, errNotDecimal
 		}
+		n = n*10 + uint64(s[i]-'0')
 	}
-	return strconv.ParseUint(s, 10, 64)
+	if s == "" || len(s) >= maxSafeDigits {
+		return strconv.ParseUint(s, 10, 64) // empty, or may overflow
+	}
+	return n, nil
 }
+
+// maxSafeDigits is the length from which a decimal may overflow a uint64.
+const maxSafeDigits = 20
 
 // invalid builds an invalid-argument error.
 func invalid(format string, args ...any) error {
