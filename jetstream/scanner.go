@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -66,14 +67,14 @@ func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 		}
 		return nil, classify(fmt.Errorf("read %s: %w", s.p, err))
 	}
-	meta, err := m.Metadata()
+	seq, err := streamSequence(m)
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeInternal, "read %s: message without metadata: %v", s.p, err)
 	}
 	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-	im, err := s.b.codec.Decode(nm, messages.MessageID(meta.Sequence.Stream))
+	im, err := s.b.codec.Decode(nm, messages.MessageID(seq))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: message %d: %w", s.p, meta.Sequence.Stream, err)
+		return nil, fmt.Errorf("read %s: message %d: %w", s.p, seq, err)
 	}
 	return im, nil
 }
@@ -113,4 +114,43 @@ func (s *scanner) isClosed() bool {
 
 func (s *scanner) closedErr() error {
 	return streamwal.Errorf(streamwal.CodeClosed, "scanner of %s is closed", s.p)
+}
+
+// ackPrefix starts the reply subject of a consumer's message:
+// "$JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>".
+const ackPrefix = "$JS.ACK."
+
+// streamSequence is m's stream sequence, as m.Metadata() reads it, without
+// building the rest of the metadata when the reply subject has this
+// server's form (see ackSequence).
+func streamSequence(m njs.Msg) (uint64, error) {
+	if seq, ok := ackSequence(m.Reply()); ok {
+		return seq, nil
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return 0, err
+	}
+	return meta.Sequence.Stream, nil
+}
+
+// ackSequence reads the stream sequence of a reply subject of nine tokens
+// as nats.go does (anything but ASCII digits is 0); other forms are not ok.
+func ackSequence(reply string) (uint64, bool) {
+	if !strings.HasPrefix(reply, ackPrefix) || strings.Count(reply, ".") != 8 {
+		return 0, false
+	}
+	tok := reply[len(ackPrefix):]
+	for range 3 { // stream, consumer, delivered
+		_, tok, _ = strings.Cut(tok, ".")
+	}
+	tok, _, _ = strings.Cut(tok, ".")
+	var n uint64
+	for i := 0; i < len(tok); i++ {
+		if tok[i] < '0' || tok[i] > '9' {
+			return 0, true
+		}
+		n = n*10 + uint64(tok[i]-'0')
+	}
+	return n, true
 }
