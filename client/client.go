@@ -6,11 +6,18 @@
 //
 // Append sends each message to its PChannel's append subject, answered
 // only by the PChannel's current owner. Concurrent appends to one
-// PChannel are coalesced: while a request is in flight, later messages
-// wait and go out together in the next one (at most WithMaxBatch messages
-// a request, WithMaxInFlight requests a PChannel). The messages of one
-// Append call to one PChannel land in order when they fit in one request;
-// concurrent calls are not ordered among themselves. Every message gets a
+// PChannel are coalesced: an append to a PChannel with nothing in flight
+// goes out at once; while a request is in flight, later messages wait (up
+// to WithLinger, 1 ms by default, or until a request's worth is queued)
+// and go out together, at most WithMaxBatch messages and the connection's
+// maximum payload a request, WithMaxInFlight requests a PChannel. A
+// message too large for any request is an invalid argument. Throughput
+// under fsync comes from keeping many appends in flight (AppendAsync):
+// the node group-commits what waits into atomic batches of up to 1000
+// messages, whose fixed cost on the server is several milliseconds.
+//
+// The messages of one Append call to one PChannel land in order when they
+// fit in one request; concurrent calls are not ordered among themselves. Every message gets a
 // client-generated message ID on its first attempt, so a retry of one that
 // did land returns the stored message instead of writing it twice; errors
 // that say the owner is moving, unreachable or was replaced are retried
@@ -54,7 +61,7 @@ import (
 const (
 	DefaultCluster     = "local"
 	DefaultTimeout     = 5 * time.Second
-	DefaultMaxBatch    = 256
+	DefaultMaxBatch    = 1000
 	DefaultMaxInFlight = 4
 	DefaultLinger      = time.Millisecond
 )

@@ -22,14 +22,25 @@ import (
 
 // BenchmarkClient measures, on one embedded server with SyncAlways and a
 // cluster of 16 PChannels (one collection on each), client appends of
-// 1 KiB messages from 64 goroutines, each keeping up to 32 appends in
-// flight (AppendAsync), through a remote node (NATS) and through the local
-// bypass, beside raw JetStream atomic batches of 1000 on the same server;
-// and reading one VChannel through the client beside a raw ordered
-// consumer of the same number of messages:
+// 1 KiB messages from 64 goroutines through a remote node (NATS) and
+// through the local bypass, beside raw JetStream atomic batches of 1000
+// (one at a time, as one fenced writer sends them) on the same server; and
+// reads of all 16 VChannels at once through the client beside raw ordered
+// consumers of the same streams, subjects and counts. Each goroutine keeps
+// up to window appends in flight (AppendAsync): with window=1024, each
+// PChannel has about 4000 appends in flight, what its group commit needs
+// to fill batches of 1000 (a batch gathers what arrived while the one
+// before it was in flight); window=32 shows a lighter load.
 //
-//	go test -run '^$' -bench BenchmarkClient -benchtime 20000x ./integration/
+//	go test -run '^$' -bench BenchmarkClient -benchtime 200000x ./integration/
 func BenchmarkClient(b *testing.B) {
+	for _, window := range []int{32, 1024} {
+		b.Run(fmt.Sprintf("window=%d", window), func(b *testing.B) { benchClientRun(b, window) })
+	}
+}
+
+// benchClientRun is one run of BenchmarkClient on a fresh system.
+func benchClientRun(b *testing.B, window int) {
 	ctx := context.Background()
 	s, err := system.Start(ctx, system.Options{Cluster: "bench",
 		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: true}})
@@ -40,14 +51,14 @@ func BenchmarkClient(b *testing.B) {
 	if _, err := s.WaitServing(ctx, false); err != nil {
 		b.Fatal(err)
 	}
-	remote := benchClient(b, s, client.WithoutLocalBypass(), client.WithMaxBatch(512))
-	local := benchClient(b, s, client.WithMaxBatch(512))
+	remote := benchClient(b, s, client.WithoutLocalBypass())
+	local := benchClient(b, s)
 	vs := benchCollections(b, remote, 16)
 	n := max(b.N, 2000)
 	b.ResetTimer()
-	rRemote := benchClientAppend(b, remote, vs, n)
-	rLocal := benchClientAppend(b, local, vs, n)
 	rBatch := benchRawBatches(b, s.Conn(), n)
+	rRemote := benchClientAppend(b, remote, vs, window, n)
+	rLocal := benchClientAppend(b, local, vs, window, n)
 	rRead, counts := benchClientReads(b, remote, vs)
 	rRawRead := benchRawReads(b, s.Conn(), vs, counts)
 	b.StopTimer()
@@ -92,36 +103,31 @@ func benchCollections(b *testing.B, c *client.Client, n int) []streamwal.VChanne
 
 var benchPayload = make([]byte, 1024)
 
-// benchWindow is how many appends each benchmark goroutine keeps in flight:
-// 64 goroutines on 16 PChannels keep about 2000 appends in flight on each,
-// so that its group commits can fill atomic batches of 1000 as the raw
-// path's do.
-const benchWindow = 512
-
-// benchClientAppend appends n messages from 64 goroutines.
-func benchClientAppend(b *testing.B, c *client.Client, vs []streamwal.VChannel, n int) float64 {
+// benchClientAppend appends n messages from 64 goroutines, each with up
+// to window in flight.
+func benchClientAppend(b *testing.B, c *client.Client, vs []streamwal.VChannel, window, n int) float64 {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var window []*client.AppendFuture
-			for i := g; i < n || len(window) > 0; i += 64 {
+			var pending []*client.AppendFuture
+			for i := g; i < n || len(pending) > 0; i += 64 {
 				if i < n {
 					m, err := c.Codec().New(messages.TypeInsert, vs[i%len(vs)], benchPayload)
 					if err != nil {
 						b.Error(err)
 						return
 					}
-					window = append(window, c.AppendAsync(context.Background(), m))
+					pending = append(pending, c.AppendAsync(context.Background(), m))
 				}
-				if len(window) == benchWindow || i >= n {
-					if _, err := window[0].Wait(); err != nil {
+				if len(pending) == window || i >= n {
+					if _, err := pending[0].Wait(); err != nil {
 						b.Error(err)
 						return
 					}
-					window = window[1:]
+					pending = pending[1:]
 				}
 			}
 		}()
