@@ -33,10 +33,11 @@ type Codec struct {
 const maxSubjects = 1 << 14
 
 // storedSubject is a parsed subject with the canonical names of its
-// channels, which its messages' headers repeat.
+// channels and its type, which its messages' headers repeat.
 type storedSubject struct {
 	addr               streamwal.Address
 	pchannel, vchannel string
+	typ                *Type // nil while the token is not registered
 }
 
 // parseSubject parses a stored message's subject, from the cache when it
@@ -50,6 +51,9 @@ func (c *Codec) parseSubject(subject string) (*storedSubject, error) {
 		return nil, err
 	}
 	s := &storedSubject{addr: addr, pchannel: addr.PChannel.String(), vchannel: addr.VChannel.String()}
+	if t, err := c.reg.LookupToken(addr.Type); err == nil {
+		s.typ = t
+	}
 	if c.nSubjects.Load() < maxSubjects {
 		if _, loaded := c.subjects.LoadOrStore(strings.Clone(subject), s); !loaded {
 			c.nSubjects.Add(1)

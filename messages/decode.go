@@ -110,9 +110,16 @@ type headerReader struct {
 	hdr  nats.Header
 	subj *storedSubject      // the message's subject, whose channels it names
 	vals [slotCount][]string // the values of each slot, found by scan
+	set  uint32              // the slots with values, a bit each
 	apps bool                // hdr has application properties
 	err  error
 }
+
+// rareSlots are the slots of the transaction, broadcast, replication and
+// DML properties, which most messages lack.
+const rareSlots = 1<<slotTxnID | 1<<slotTxnKeepalive | 1<<slotBroadcastID | 1<<slotBroadcastTargets |
+	1<<slotBroadcastKey | 1<<slotReplicateCluster | 1<<slotReplicateID | 1<<slotReplicateTimeTick |
+	1<<slotReplicateLastConf | 1<<slotPartition | 1<<slotRows | 1<<slotSegment | 1<<slotUnreplicable
 
 // scan finds the values of every slot, and whether there are application
 // properties, in one pass over the header.
@@ -120,6 +127,9 @@ func (r *headerReader) scan() {
 	for k, v := range r.hdr {
 		if s, ok := slotOf(k); ok {
 			r.vals[s] = v
+			if len(v) > 0 {
+				r.set |= 1 << s
+			}
 		} else if strings.HasPrefix(k, HdrAppPrefix) {
 			r.apps = true
 		}
@@ -154,7 +164,21 @@ func (r *headerReader) single(key string, vals []string) string {
 	return vals[0]
 }
 
+// canonical is one(s) for a value that is usually canon, a printable name,
+// which then needs no check.
+func (r *headerReader) canonical(s slot, canon string) string {
+	if v := r.vals[s]; len(v) == 1 && v[0] == canon {
+		return canon
+	}
+	return r.one(s)
+}
+
 func (r *headerReader) uint(s slot) uint64 {
+	if v := r.vals[s]; len(v) == 1 {
+		if n, err := parseUint(v[0]); err == nil && n != 0 {
+			return n // digits only, so printable
+		}
+	}
 	v := r.one(s)
 	if v == "" {
 		return 0
@@ -181,10 +205,10 @@ func (r *headerReader) int(s slot) int64 {
 func decodeHeader(reg *Registry, hdr nats.Header, subj *storedSubject, h *Header) (*Type, error) {
 	r := &headerReader{hdr: hdr, subj: subj}
 	r.scan()
-	if v := r.one(slotVersion); v != versionText {
+	if v := r.canonical(slotVersion, versionText); v != versionText {
 		r.fail(HdrVersion, v, "unsupported version")
 	}
-	t, err := reg.Lookup(r.one(slotType))
+	t, err := r.typ(reg)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -198,6 +222,19 @@ func decodeHeader(reg *Registry, hdr nats.Header, subj *storedSubject, h *Header
 	return t, nil
 }
 
+// typ looks up the message's type, which is usually its subject's: a
+// registered type keeps its name and token, so an equal name is that type.
+func (r *headerReader) typ(reg *Registry) (*Type, error) {
+	t := r.subj.typ
+	if t == nil {
+		return reg.Lookup(r.one(slotType))
+	}
+	if name := r.canonical(slotType, t.Name); name != t.Name {
+		return reg.Lookup(name)
+	}
+	return t, nil
+}
+
 // decodeProps reads every property but the type and version.
 func (r *headerReader) decodeProps(h *Header) {
 	h.TimeTick = TimeTick(r.uint(slotTimeTick))
@@ -207,14 +244,9 @@ func (r *headerReader) decodeProps(h *Header) {
 	h.TraceParent = r.one(slotTraceParent)
 	h.TraceState = r.one(slotTraceState)
 	r.decodeChannels(h)
-	h.Txn = r.decodeTxn()
-	h.Broadcast = r.decodeBroadcast()
-	h.Replicate = r.decodeReplicate()
-	h.DML = r.decodeDML()
-	if v := r.one(slotUnreplicable); v != "" && v != "true" {
-		r.fail(HdrUnreplicable, v, "want true or absent")
+	if r.set&rareSlots != 0 {
+		r.decodeRare(h)
 	}
-	h.Unreplicable = r.one(slotUnreplicable) == "true"
 	if h.MsgID != "" && len(h.MsgID) > MaxMsgIDLen {
 		r.fail(HdrMsgID, h.MsgID, "too long")
 	}
@@ -223,8 +255,20 @@ func (r *headerReader) decodeProps(h *Header) {
 
 // decodeChannels reads the channels, which are usually the subject's: their
 // names are canonical, so equal names parse to the subject's channels.
+// decodeRare reads the properties of rareSlots, all absent unless set.
+func (r *headerReader) decodeRare(h *Header) {
+	h.Txn = r.decodeTxn()
+	h.Broadcast = r.decodeBroadcast()
+	h.Replicate = r.decodeReplicate()
+	h.DML = r.decodeDML()
+	if v := r.one(slotUnreplicable); v != "" && v != "true" {
+		r.fail(HdrUnreplicable, v, "want true or absent")
+	}
+	h.Unreplicable = r.one(slotUnreplicable) == "true"
+}
+
 func (r *headerReader) decodeChannels(h *Header) {
-	ps := r.one(slotPChannel)
+	ps := r.canonical(slotPChannel, r.subj.pchannel)
 	p, err := r.subj.addr.PChannel, error(nil)
 	if ps != r.subj.pchannel {
 		p, err = streamwal.ParsePChannel(ps)
@@ -234,7 +278,7 @@ func (r *headerReader) decodeChannels(h *Header) {
 		return
 	}
 	h.PChannel = p
-	vs := r.one(slotVChannel)
+	vs := r.canonical(slotVChannel, r.subj.vchannel)
 	if vs == "" {
 		return
 	}

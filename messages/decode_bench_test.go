@@ -61,3 +61,19 @@ func BenchmarkDecodeStoredCold(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkDecodeStoredParallel decodes stored inserts on every CPU at
+// once, as concurrent readers do with one codec.
+func BenchmarkDecodeStoredParallel(b *testing.B) {
+	c := newCodec(b)
+	nm := storedInsert(b, c)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := c.Decode(nm, 123_457); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
