@@ -157,23 +157,41 @@ func (c *Client) VChannels(ctx context.Context, col Collection) ([]streamwal.VCh
 	if shards == 0 {
 		shards = 1
 	}
-	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Shards: shards, DBName: col.DBName, Name: col.Name})
+	reply, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Shards: shards, DBName: col.DBName, Name: col.Name})
+	if err != nil {
+		return nil, err
+	}
+	return parseVChannels(reply.VChannels)
 }
 
-// lookup returns the VChannels of an allocated collection (none if it has
-// none), allocating nothing.
-func (c *Client) lookup(ctx context.Context, col Collection) ([]streamwal.VChannel, error) {
-	return c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
+// lookup returns the VChannels of an allocated collection, allocating
+// nothing. A collection without VChannels was dropped (dropped is true)
+// or never created.
+func (c *Client) lookup(ctx context.Context, col Collection) (vs []streamwal.VChannel, dropped bool, err error) {
+	reply, err := c.allocate(ctx, wire.AllocateRequest{CollectionID: col.ID, Lookup: true, DBName: col.DBName, Name: col.Name})
+	if err != nil {
+		return nil, false, err
+	}
+	vs, err = parseVChannels(reply.VChannels)
+	return vs, reply.Dropped, err
 }
 
 // allocate asks the coordinator for a collection's VChannels.
-func (c *Client) allocate(ctx context.Context, req wire.AllocateRequest) ([]streamwal.VChannel, error) {
+func (c *Client) allocate(ctx context.Context, req wire.AllocateRequest) (wire.AllocateReply, error) {
 	var reply wire.AllocateReply
-	if err := c.callCoord(ctx, streamwal.CoordAllocate, req, &reply); err != nil {
-		return nil, err
-	}
-	out := make([]streamwal.VChannel, len(reply.VChannels))
-	for i, name := range reply.VChannels {
+	err := c.callCoord(ctx, streamwal.CoordAllocate, req, &reply)
+	return reply, err
+}
+
+// notFound is the error of a DDL on a collection that was never created.
+func notFound(col Collection) error {
+	return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %v", col.ID, lifecycle.ErrCollectionNotFound)
+}
+
+// parseVChannels parses VChannel names.
+func parseVChannels(names []string) ([]streamwal.VChannel, error) {
+	out := make([]streamwal.VChannel, len(names))
+	for i, name := range names {
 		v, err := streamwal.ParseVChannel(name)
 		if err != nil {
 			return nil, err
@@ -207,18 +225,21 @@ func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]stream
 }
 
 // DropCollection broadcasts the collection's DropCollection; its
-// VChannels are then released. Dropping a collection that has no
-// VChannels (already dropped, or never created) does nothing, unless its
-// IdempotencyKey names an earlier drop, whose result it returns.
+// VChannels are then released. Dropping a collection that was dropped
+// does nothing, unless its IdempotencyKey names an earlier drop, whose
+// result it returns; dropping one that was never created is refused
+// (streamwal.ErrLifecycle, collection not found).
 func (c *Client) DropCollection(ctx context.Context, col Collection) error {
-	vs, err := c.lookup(ctx, col)
+	vs, dropped, err := c.lookup(ctx, col)
 	if err != nil {
 		return err
 	}
-	// Without VChannels the collection is gone (or never was): nothing to
-	// drop, unless its key replays the earlier drop that released them.
-	if len(vs) == 0 && col.IdempotencyKey == "" {
-		return nil
+	switch {
+	case len(vs) > 0:
+	case !dropped:
+		return notFound(col)
+	case col.IdempotencyKey == "":
+		return nil // dropped before: nothing to drop
 	}
 	req := BroadcastRequest{Type: messages.TypeDropCollection, VChannels: vs, Scope: col.scope(),
 		Body: messages.DropCollectionBody{CollectionRef: col.ref()}, IdempotencyKey: col.IdempotencyKey}
@@ -242,12 +263,15 @@ func (c *Client) DropPartition(ctx context.Context, col Collection, partition in
 
 // partition broadcasts a partition DDL.
 func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection, partition int64) error {
-	vs, err := c.lookup(ctx, col)
+	vs, dropped, err := c.lookup(ctx, col)
 	if err != nil {
 		return err
 	}
+	if dropped {
+		return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %v", col.ID, lifecycle.ErrCollectionDropped)
+	}
 	if len(vs) == 0 {
-		return streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d has no vchannels", col.ID)
+		return notFound(col)
 	}
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: t, VChannels: vs, Scope: col.scope(),
 		Body:           messages.PartitionBody{CollectionRef: col.ref(), PartitionID: partition},

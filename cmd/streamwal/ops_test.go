@@ -663,9 +663,6 @@ func TestCollectionDropRefusesANameThatIsNotTheCollections(t *testing.T) {
 }
 
 func TestCollectionCreateAfterDropChangesNothing(t *testing.T) {
-	t.Skip("bug: collection create of a dropped collection is refused (collection dropped) but " +
-		"allocates its VChannels again first: wal_<c>_vchannels and the assignment view count " +
-		"them for good, so status shows VChannels of a collection that is gone")
 	c := newCluster(t)
 	c.createCollection(t, "shop", "orders", 1, 2)
 	c.mustRun(t, "", "collection", "drop", "--db", "shop", "--name", "orders", "--id", "1")
@@ -684,8 +681,6 @@ func TestCollectionCreateAfterDropChangesNothing(t *testing.T) {
 }
 
 func TestCollectionDropOfAnUnknownCollectionSaysSo(t *testing.T) {
-	t.Skip("bug: collection drop --id 777 of a collection that never existed prints " +
-		"\"dropped collection 777\" and exits 0; it should say there is no such collection")
 	c := newCluster(t)
 	_, err := c.run(t, "", "collection", "drop", "--name", "nothere", "--id", "777")
 	requireOneLineError(t, err, "drop of an unknown collection")

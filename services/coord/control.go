@@ -489,10 +489,19 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 		name = req.DBName + "." + req.Name
 	}
 	if vs, ok := ctl.alloc.Collections[key]; ok {
-		if have := ctl.alloc.Names[key]; name != "" && have != "" && have != name {
-			return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d is %s, not %s", req.CollectionID, have, name)
+		if err := sameName(req.CollectionID, ctl.alloc.Names[key], name); err != nil {
+			return wire.AllocateReply{}, err
 		}
 		return wire.AllocateReply{VChannels: vs}, nil
+	}
+	if have, dropped := ctl.alloc.Dropped[key]; dropped {
+		if err := sameName(req.CollectionID, have, name); err != nil {
+			return wire.AllocateReply{}, err
+		}
+		if !req.Lookup {
+			return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: collection dropped (collection IDs are never reused)", req.CollectionID)
+		}
+		return wire.AllocateReply{Dropped: true}, nil
 	}
 	if req.Lookup {
 		return wire.AllocateReply{}, nil
@@ -529,6 +538,15 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 	return wire.AllocateReply{VChannels: vs}, nil
 }
 
+// sameName refuses a request that names collection id otherwise than it
+// was allocated (either name may be unknown: "").
+func sameName(id int64, have, name string) error {
+	if name != "" && have != "" && have != name {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d is %s, not %s", id, have, name)
+	}
+	return nil
+}
+
 // handleRelease forgets a dropped collection's VChannels.
 func (ctl *control) handleRelease(ctx context.Context, data []byte) (any, error) {
 	var req wire.ReleaseRequest
@@ -552,11 +570,16 @@ func (ctl *control) release(id int64) error {
 	name := ctl.alloc.Names[key]
 	delete(ctl.alloc.Collections, key)
 	delete(ctl.alloc.Names, key)
+	if ctl.alloc.Dropped == nil {
+		ctl.alloc.Dropped = map[string]string{}
+	}
+	ctl.alloc.Dropped[key] = name
 	if err := ctl.vchan.put(ctl.t.ctx, streamwal.KeyCollections, ctl.alloc); err != nil {
 		ctl.alloc.Collections[key] = vs
 		if name != "" {
 			ctl.alloc.Names[key] = name
 		}
+		delete(ctl.alloc.Dropped, key)
 		ctl.save(err)
 		return err
 	}

@@ -617,18 +617,26 @@ func TestAllocate(t *testing.T) {
 	}
 
 	// Release, then a fresh placement: collection 2 takes the emptied
-	// PChannel (all are empty, the first wins), so collection 1 goes
-	// elsewhere.
+	// PChannel (all are empty, the first wins), so collection 5 goes
+	// elsewhere. Collection 1 stays dropped: its ID is never allocated
+	// again, and a lookup says it was dropped.
 	require.NoError(t, e.call(streamwal.CoordRelease, wire.ReleaseRequest{CollectionID: 1}, nil))
 	require.NoError(t, e.call(streamwal.CoordRelease, wire.ReleaseRequest{CollectionID: 1}, nil), "releasing twice")
 	require.NoError(t, e.call(streamwal.CoordRelease, wire.ReleaseRequest{CollectionID: 42}, nil), "releasing an unknown collection")
+	_, err := alloc(1, 1)
+	require.ErrorIs(t, err, streamwal.ErrLifecycle, "a dropped collection's ID is allocated again")
+	for id, dropped := range map[int64]bool{1: true, 42: false} {
+		var r wire.AllocateReply
+		require.NoError(t, e.call(streamwal.CoordAllocate, wire.AllocateRequest{CollectionID: id, Lookup: true}, &r))
+		require.Equal(t, wire.AllocateReply{Dropped: dropped}, r, "lookup of collection %d", id)
+	}
 	require.Equal(t, p1, pchans(2, must(2, 1)))
-	v1b := must(1, 1)
-	require.NotEqual(t, p1, pchans(1, v1b), "collection 1 was not placed afresh")
+	v5 := must(5, 1)
+	require.NotEqual(t, p1, pchans(5, v5), "collection 5 was not placed on the least loaded PChannel")
 
 	// The least loaded: collection 3's two shards avoid the two loaded
 	// PChannels.
-	loaded := []string{p1[0], pchans(1, v1b)[0]}
+	loaded := []string{p1[0], pchans(5, v5)[0]}
 	p3 := pchans(3, must(3, 2))
 	for _, p := range p3 {
 		require.NotContains(t, loaded, p)
@@ -643,7 +651,7 @@ func TestAllocate(t *testing.T) {
 	// Bad requests.
 	for _, req := range []wire.AllocateRequest{
 		{CollectionID: 0, Shards: 1}, {CollectionID: -1, Shards: 1},
-		{CollectionID: 5, Shards: 0}, {CollectionID: 5, Shards: -1}, {CollectionID: 5, Shards: 5},
+		{CollectionID: 6, Shards: 0}, {CollectionID: 6, Shards: -1}, {CollectionID: 6, Shards: 5},
 	} {
 		_, err := alloc(req.CollectionID, req.Shards)
 		require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "%+v", req)
@@ -655,7 +663,8 @@ func TestAllocate(t *testing.T) {
 	var col wire.Collections
 	e.load(streamwal.BucketVChannels, streamwal.KeyCollections, &col)
 	require.Equal(t, ep, col.Epoch)
-	require.Equal(t, map[string][]string{"1": v1b, "2": col.Collections["2"], "3": col.Collections["3"], "4": v4}, col.Collections)
+	require.Equal(t, map[string][]string{"5": v5, "2": col.Collections["2"], "3": col.Collections["3"], "4": v4}, col.Collections)
+	require.Equal(t, map[string]string{"1": ""}, col.Dropped)
 	require.Len(t, col.Collections["3"], 2)
 	require.Len(t, col.Collections["2"], 1)
 }

@@ -111,6 +111,9 @@ type AllocateRequest struct {
 // AllocateReply names them (the same ones on a repeated request).
 type AllocateReply struct {
 	VChannels []string `json:"vchannels"`
+	// Dropped says that a looked-up collection was dropped (it then has
+	// no VChannels).
+	Dropped bool `json:"dropped,omitempty"`
 }
 
 // ReleaseRequest releases a dropped collection's VChannels.
@@ -165,6 +168,10 @@ type Collections struct {
 	Collections map[string][]string `json:"collections"`
 	// Names are the "<db>.<name>" each collection was allocated under.
 	Names map[string]string `json:"names,omitempty"`
+	// Dropped remembers every dropped collection (its name, or "" if it
+	// had none), so that its ID is never allocated again and a drop can
+	// tell "already dropped" from "never created".
+	Dropped map[string]string `json:"dropped,omitempty"`
 }
 
 // BroadcastRequest asks the coordinator to broadcast a message of a
