@@ -1,6 +1,10 @@
 package embedded
 
-import "testing"
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
 
 // StartTest starts a server for a test: StoreDir is t.TempDir(), the port is
 // free, and the server is shut down when the test ends. Each function in
@@ -36,4 +40,18 @@ func StartTestCluster(t testing.TB, opts ...func(*ClusterOptions)) *Cluster {
 	}
 	t.Cleanup(c.Shutdown)
 	return c
+}
+
+// VerifyNoLeaks runs a package's tests (call it from TestMain) and fails
+// them if any goroutine outlives them, except those nats-server 2.15.2
+// leaves behind: the file-store flushers of the R1 atomic batches staged
+// while a server shuts down (tests that restart a server under load leave
+// them) and the file stores' access-time ticker, which those stores keep
+// alive.
+func VerifyNoLeaks(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
+		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
+	)
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -25,15 +24,8 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// TestMain checks for leaked goroutines (the embedded server's own file
-// store flushers are ignored, as in package jetstream).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-	)
-}
+// TestMain checks for leaked goroutines (see embedded.VerifyNoLeaks).
+func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 
 // startSystem starts an in-process cluster on a fresh server.
 func startSystem(t *testing.T, coords, nodes int) *system.System {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -16,17 +15,8 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// TestMain checks for leaked goroutines. nats-server 2.15.2 leaks the file
-// stores of the R1 atomic batches that are staged while it shuts down (the
-// fault test restarts the server under load); their goroutines are the
-// embedded server's, not the backend's, so they are ignored.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-	)
-}
+// TestMain checks for leaked goroutines (see embedded.VerifyNoLeaks).
+func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 
 // TestConformance runs the conformance suite against the JetStream backend
 // on an embedded file-storage server: once with default options, once with

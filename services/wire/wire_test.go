@@ -17,7 +17,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -25,15 +24,8 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// TestMain checks for leaked goroutines (the embedded server's own file
-// store flushers are ignored, as in package integration).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-	)
-}
+// TestMain checks for leaked goroutines (see embedded.VerifyNoLeaks).
+func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 
 // conn starts a server and connects to it.
 func conn(t *testing.T) *nats.Conn {

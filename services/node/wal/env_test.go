@@ -7,7 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -18,15 +17,8 @@ import (
 	"github.com/streamwal/streamwal/services/read"
 )
 
-// TestMain checks for leaked goroutines (see jetstream's TestMain for the
-// embedded server's own).
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*fileStore).flushStreamStateLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server.(*msgBlock).flushLoop"),
-		goleak.IgnoreTopFunction("github.com/nats-io/nats-server/v2/server/ats.Register.func1"),
-	)
-}
+// TestMain checks for leaked goroutines (see embedded.VerifyNoLeaks).
+func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 
 // env is one embedded server with a backend, a codec and an oracle shared
 // by every WAL a test opens.
