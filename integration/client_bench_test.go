@@ -3,6 +3,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -51,12 +53,12 @@ func benchClientRun(b *testing.B, window int) {
 	if _, err := s.WaitServing(ctx, false); err != nil {
 		b.Fatal(err)
 	}
-	remote := benchClient(b, s, client.WithoutLocalBypass())
-	local := benchClient(b, s)
+	remote := benchClient(b, s, client.WithoutLocalBypass(), client.WithMaxInFlight(16))
+	local := benchClient(b, s, client.WithMaxInFlight(16))
 	vs := benchCollections(b, remote, 16)
 	n := max(b.N, 2000)
 	b.ResetTimer()
-	rBatch := benchRawBatches(b, s.Conn(), n)
+	rBatch := benchRawBatches(b, s.Conn(), remote.Codec(), vs[0], n)
 	rRemote := benchClientAppend(b, remote, vs, window, n)
 	rLocal := benchClientAppend(b, local, vs, window, n)
 	rRead, counts := benchClientReads(b, remote, vs)
@@ -136,28 +138,52 @@ func benchClientAppend(b *testing.B, c *client.Client, vs []streamwal.VChannel, 
 	return float64(n) / time.Since(start).Seconds()
 }
 
-// benchRawBatches publishes n messages as atomic batches of 1000 to a
-// fresh stream.
-func benchRawBatches(b *testing.B, nc *nats.Conn, n int) float64 {
+// benchRawBatches publishes n messages as atomic batches of 1000, one at a
+// time, each conditioned on the stream's last sequence as one fenced
+// writer's are, to a fresh stream configured as a PChannel's. Every
+// message is what the client stores for an insert on v (payload and
+// Wal-* headers) with a fresh Nats-Msg-Id, so that the ratios compare the
+// paths, not message sizes.
+func benchRawBatches(b *testing.B, nc *nats.Conn, codec *messages.Codec, v streamwal.VChannel, n int) float64 {
 	ctx := context.Background()
 	js, err := njs.New(nc)
 	if err != nil {
 		b.Fatal(err)
 	}
 	if _, err := js.CreateStream(ctx, njs.StreamConfig{Name: "RAWBATCH", Subjects: []string{"RAWBATCH.>"},
-		Storage: njs.FileStorage, AllowAtomicPublish: true}); err != nil {
+		Storage: njs.FileStorage, AllowAtomicPublish: true, AllowDirect: true, Duplicates: 2 * time.Minute}); err != nil {
+		b.Fatal(err)
+	}
+	m, err := codec.New(messages.TypeInsert, v, benchPayload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tt, err := messages.NewTimeTick(time.Now(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.SetTerm(1) // the WAL stamps these three; the rest is as the client's
+	m.SetTimeTick(tt)
+	m.SetLastConfirmed(messages.MessageID(n))
+	stored, err := codec.Encode(m)
+	if err != nil {
 		b.Fatal(err)
 	}
 	start := time.Now()
+	var last uint64
 	for done := 0; done < n; {
 		batch := make([]*nats.Msg, min(1000, n-done))
 		for i := range batch {
-			batch[i] = &nats.Msg{Subject: "RAWBATCH.x", Data: benchPayload, Header: nats.Header{}}
-			batch[i].Header.Set(nats.MsgIdHdr, nuid.Next())
+			h := maps.Clone(stored.Header)
+			h.Set(nats.MsgIdHdr, nuid.Next())
+			batch[i] = &nats.Msg{Subject: "RAWBATCH.x", Data: benchPayload, Header: h}
 		}
-		if _, err := jetstreamext.PublishMsgBatch(ctx, js, batch); err != nil {
+		batch[0].Header.Set(njs.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
+		ack, err := jetstreamext.PublishMsgBatch(ctx, js, batch)
+		if err != nil {
 			b.Fatal(err)
 		}
+		last = ack.Sequence
 		done += len(batch)
 	}
 	return float64(n) / time.Since(start).Seconds()

@@ -104,22 +104,31 @@ func (w *WAL) Append(ctx context.Context, m *messages.MutableMessage) (*messages
 func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error) {
 	out := make([]*messages.ImmutableMessage, len(msgs))
 	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	for i, m := range msgs {
-		op := &appendOp{msgs: []*messages.MutableMessage{m}}
-		if errs[i] = w.start(ctx, op); errs[i] != nil {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	ops := make([]*appendOp, len(msgs))
+	// One waiter settles the started appends in order (they land in
+	// order), while this goroutine starts the next ones: a later message
+	// waiting for an earlier one's lock is let through as soon as that one
+	// is settled, and a thousand appends cost one goroutine, not a thousand
+	// contending for the WAL's mutex when their batch lands.
+	started := make(chan int, len(msgs))
+	settled := make(chan struct{})
+	go func() {
+		defer close(settled)
+		for i := range started {
 			var got []*messages.ImmutableMessage
-			if got, errs[i] = w.wait(ctx, op); errs[i] == nil {
+			if got, errs[i] = w.wait(ctx, ops[i]); errs[i] == nil {
 				out[i] = got[0]
 			}
-		}()
+		}
+	}()
+	for i, m := range msgs {
+		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
+		if errs[i] = w.start(ctx, ops[i]); errs[i] == nil {
+			started <- i
+		}
 	}
-	wg.Wait()
+	close(started)
+	<-settled
 	return out, errs
 }
 
