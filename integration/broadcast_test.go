@@ -59,7 +59,9 @@ func TestCollectionLifecycleByBroadcast(t *testing.T) {
 		Type: messages.TypeDropCollection.Name, VChannels: alloc.VChannels, DBName: "db", CollectionName: "c7", Payload: drop}, nil))
 	require.ErrorIs(t, insert("after-drop"), streamwal.ErrLifecycle)
 
-	var fresh wire.AllocateReply
-	require.NoError(t, call(ctx, nc, c.CoordSubject(streamwal.CoordAllocate), wire.AllocateRequest{CollectionID: 7, Shards: 2}, &fresh))
-	require.Len(t, fresh.VChannels, 2, "the drop callback released the collection, so it can be allocated anew")
+	var dropped wire.AllocateReply
+	require.NoError(t, call(ctx, nc, c.CoordSubject(streamwal.CoordAllocate), wire.AllocateRequest{CollectionID: 7, Lookup: true}, &dropped))
+	require.Equal(t, wire.AllocateReply{Dropped: true}, dropped, "the drop callback released the collection")
+	require.ErrorIs(t, call(ctx, nc, c.CoordSubject(streamwal.CoordAllocate), wire.AllocateRequest{CollectionID: 7, Shards: 2}, nil),
+		streamwal.ErrLifecycle, "a dropped collection's ID is never allocated again")
 }
