@@ -33,7 +33,9 @@
 //   - [Options.GroupCommit]: one unit in flight; everything that arrives
 //     meanwhile goes out as the next unit, one atomic batch. Best when the
 //     server fsyncs before acknowledging (SyncAlways): one batch costs one
-//     fsync instead of one per message.
+//     fsync instead of one per message. A second unit goes out early only
+//     when a full batch is already waiting, so that the server starts on it
+//     as soon as it finished the first instead of after a round trip.
 //
 // Every unit is conditioned so that the stream grows only along the prefix
 // this writer has seen, and so that nothing of this writer can land after a

@@ -175,7 +175,8 @@ func (s *sequencer) send() {
 
 // room reports whether another unit of n messages may go out. With group
 // commit, at most MaxInFlight units of any kind are in flight, so that the
-// appends arriving meanwhile gather into the next unit. Without it, atomic
+// appends arriving meanwhile gather into the next unit, or two when a full
+// batch waits (it could gather nothing more). Without it, atomic
 // batches are bounded by MaxInFlight and messages by MaxInFlightMsgs. With
 // Replicas > 1 one unit is in flight: the server refuses a second pending
 // expectation on the barrier subject.
@@ -190,10 +191,23 @@ func (s *sequencer) room(n int) bool {
 		// part pipelined behind it.
 		return false
 	}
-	if o.Replicas > 1 || o.GroupCommit && len(s.inflight) >= o.MaxInFlight {
+	if o.Replicas > 1 {
 		return false
 	}
+	if o.GroupCommit {
+		return len(s.inflight) < o.MaxInFlight || len(s.inflight) < 2 && s.queuedAtLeast(o.MaxBatch)
+	}
 	return s.inflightMsgs+n <= o.MaxInFlightMsgs && (n == 1 || s.inflightBatches < o.MaxInFlight)
+}
+
+// queuedAtLeast reports whether the queue holds at least n messages.
+func (s *sequencer) queuedAtLeast(n int) bool {
+	for _, f := range s.queue {
+		if n -= len(f.msgs); n <= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // nextUnit takes the next unit off the queue and reserves its place in the
