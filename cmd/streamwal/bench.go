@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -337,15 +338,17 @@ func (b *bench) preload(ctx context.Context) error {
 	return nil
 }
 
-// preloadRaw publishes what the raw read workload reads.
+// preloadRaw publishes what the raw read workload reads: as many
+// messages on one subject per bench VChannel as preload appends to each.
 func (b *bench) preloadRaw(ctx context.Context) error {
-	subj, err := b.rawStream(ctx, "append")
-	if err != nil {
+	if _, err := b.rawStream(ctx, "read"); err != nil {
 		return err
 	}
-	for range preloadCount * len(b.vs) {
-		if _, err := b.js.PublishAsync(subj, b.payload); err != nil {
-			return err
+	for i := range b.vs {
+		for range preloadCount {
+			if _, err := b.js.PublishAsync(b.rawReadSubject(i), b.payload, njs.WithStallWait(time.Minute)); err != nil {
+				return err
+			}
 		}
 	}
 	select {
@@ -356,56 +359,84 @@ func (b *bench) preloadRaw(ctx context.Context) error {
 	}
 }
 
-// readStreamwal reads the bench VChannels from the start, each worker one
-// VChannel at a time, through the read pipeline.
-func (b *bench) readStreamwal(context.Context) (benchOp, int, error) {
-	var mu sync.Mutex
-	scanners := map[int]*read.Scanner{}
-	return func(ctx context.Context, w, _ int) error {
-		mu.Lock()
-		s := scanners[w]
-		mu.Unlock()
-		if s == nil {
-			var err error
-			if s, err = b.c.Read(ctx, client.ReadOptions{VChannel: b.vs[w%len(b.vs)], Start: read.Earliest()}); err != nil {
-				return err
-			}
-			mu.Lock()
-			scanners[w] = s
-			mu.Unlock()
-			context.AfterFunc(ctx, func() { _ = s.Close() })
-		}
-		_, err := s.Next(ctx)
-		return err
-	}, 1, nil
+// rawReadSubject is the raw read workload's stand-in for bench VChannel i.
+func (b *bench) rawReadSubject(i int) string {
+	return b.rawName("read") + ".v" + strconv.Itoa(i)
 }
 
-// readRaw reads the raw append stream with one ordered consumer per
-// worker.
-func (b *bench) readRaw(ctx context.Context) (benchOp, int, error) {
-	name := b.rawName("append")
+// readStreamwal reads the bench VChannels, each worker one VChannel from
+// the start through the read pipeline, starting over after the preloaded
+// inserts so that no worker waits at the end for more.
+func (b *bench) readStreamwal(context.Context) (benchOp, int, error) {
+	return rereader(func(ctx context.Context, w int) (func(context.Context) error, func(), error) {
+		s, err := b.c.Read(ctx, client.ReadOptions{VChannel: b.vs[w%len(b.vs)], Start: read.Earliest(),
+			Types: []*messages.Type{messages.TypeInsert}})
+		if err != nil {
+			return nil, nil, err
+		}
+		next := func(ctx context.Context) error { _, err := s.Next(ctx); return err }
+		return next, func() { _ = s.Close() }, nil
+	}), 1, nil
+}
+
+// readRaw is readStreamwal on raw JetStream: each worker reads its
+// VChannel's stand-in subject with an ordered consumer, starting over after
+// the preloaded messages.
+func (b *bench) readRaw(context.Context) (benchOp, int, error) {
+	return rereader(func(ctx context.Context, w int) (func(context.Context) error, func(), error) {
+		cons, err := b.js.OrderedConsumer(ctx, b.rawName("read"),
+			njs.OrderedConsumerConfig{FilterSubjects: []string{b.rawReadSubject(w % len(b.vs))}})
+		if err != nil {
+			return nil, nil, err
+		}
+		it, err := cons.Messages()
+		if err != nil {
+			return nil, nil, err
+		}
+		next := func(ctx context.Context) error { _, err := it.Next(njs.NextContext(ctx)); return err }
+		return next, it.Stop, nil
+	}), 1, nil
+}
+
+// rereader is a read op: each worker reads one message a call from a
+// reader that open starts, and starts over after preloadCount messages; a
+// reader still open when the workload's context ends is stopped then.
+func rereader(open func(ctx context.Context, w int) (next func(context.Context) error, stop func(), err error)) benchOp {
+	type reader struct {
+		next func(context.Context) error
+		stop func()
+		read int
+	}
 	var mu sync.Mutex
-	iters := map[int]njs.MessagesContext{}
+	readers := map[int]*reader{}
 	return func(ctx context.Context, w, _ int) error {
 		mu.Lock()
-		it := iters[w]
+		r := readers[w]
 		mu.Unlock()
-		if it == nil {
-			cons, err := b.js.OrderedConsumer(ctx, name, njs.OrderedConsumerConfig{})
+		if r == nil {
+			next, stop, err := open(ctx, w)
 			if err != nil {
 				return err
 			}
-			if it, err = cons.Messages(); err != nil {
-				return err
-			}
+			unhook := context.AfterFunc(ctx, stop)
+			r = &reader{next: next, stop: func() {
+				if unhook() {
+					stop()
+				}
+			}}
 			mu.Lock()
-			iters[w] = it
+			readers[w] = r
 			mu.Unlock()
-			context.AfterFunc(ctx, it.Stop)
 		}
-		_, err := it.Next(njs.NextContext(ctx))
+		err := r.next(ctx)
+		if r.read++; r.read == preloadCount || err != nil {
+			r.stop()
+			mu.Lock()
+			delete(readers, w)
+			mu.Unlock()
+		}
 		return err
-	}, 1, nil
+	}
 }
 
 // rawName is the raw stream of a workload.
