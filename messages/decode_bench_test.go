@@ -9,16 +9,21 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// storedInsert is a 1 KiB insert as a reader gets it from the stream: the
-// writer's properties plus the JetStream headers the sequencer set.
-func storedInsert(tb testing.TB, c *messages.Codec) *nats.Msg {
+// stampedInsert is a 1 KiB insert as the WAL hands it to the writer.
+func stampedInsert(tb testing.TB, c *messages.Codec) *messages.MutableMessage {
 	m, err := c.New(messages.TypeInsert, vch(tb, 3, 1), make([]byte, 1024))
 	require.NoError(tb, err)
 	m.SetTimeTick(mustTick(tb, 1_764_000_000_000, 7))
 	m.SetLastConfirmed(123_456)
 	m.SetTerm(1)
 	require.NoError(tb, m.SetMsgID("c-M4aTLP0d5wWbxjGuOZqeFx"))
-	nm, err := c.Encode(m)
+	return m
+}
+
+// storedInsert is a 1 KiB insert as a reader gets it from the stream: the
+// writer's properties plus the JetStream headers the sequencer set.
+func storedInsert(tb testing.TB, c *messages.Codec) *nats.Msg {
+	nm, err := c.Encode(stampedInsert(tb, c))
 	require.NoError(tb, err)
 	nm.Header.Set(nats.ExpectedLastSeqHdr, "123455")
 	nm.Header.Set(nats.ExpectedLastSubjSeqHdr, "1")

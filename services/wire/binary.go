@@ -394,26 +394,25 @@ func (d *decoder) version() error {
 
 func (d *decoder) uvarint() (uint64, error) {
 	x, n := binary.Uvarint(d.buf[d.off:])
-	if n <= 0 {
-		if n == 0 {
-			return 0, d.fail("truncated")
-		}
-		return 0, d.fail("varint overflows 64 bits")
-	}
-	d.off += n
-	return x, nil
+	return x, d.skipVarint(n)
 }
 
 func (d *decoder) varint() (int64, error) {
 	x, n := binary.Varint(d.buf[d.off:])
-	if n <= 0 {
-		if n == 0 {
-			return 0, d.fail("truncated")
-		}
-		return 0, d.fail("varint overflows 64 bits")
+	return x, d.skipVarint(n)
+}
+
+// skipVarint moves past a varint of n bytes, as encoding/binary reported
+// it (0: truncated; negative: overflow).
+func (d *decoder) skipVarint(n int) error {
+	switch {
+	case n == 0:
+		return d.fail("truncated")
+	case n < 0:
+		return d.fail("varint overflows 64 bits")
 	}
 	d.off += n
-	return x, nil
+	return nil
 }
 
 // count reads a count of elements of at least least bytes each, which the
