@@ -103,9 +103,14 @@ func (c *Client) newEntry(ctx context.Context, m *messages.MutableMessage, retry
 const requestOverhead = 4 << 10
 
 // requestBudget is how many bytes of messages one append request may
-// carry: the connection's maximum payload less the framing.
+// carry: the connection's maximum payload (NATS's default of 1 MiB while
+// the connection has not heard the server's) less the framing.
 func (c *Client) requestBudget() int {
-	return int(c.nc.MaxPayload()) - requestOverhead
+	limit := int(c.nc.MaxPayload())
+	if limit <= 0 {
+		limit = 1 << 20
+	}
+	return limit - requestOverhead
 }
 
 // wireSize is what m weighs in a request, framing aside.

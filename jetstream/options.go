@@ -50,7 +50,7 @@ type Options struct {
 	MaxInFlightMsgs int
 	// GroupCommit gathers every waiting append into the next unit (one
 	// atomic batch of up to MaxBatch messages) and keeps at most
-	// MaxInFlight units in flight. Use it when the server fsyncs before
+	// MaxInFlight units in flight (at least two when a full batch waits). Use it when the server fsyncs before
 	// acknowledging (SyncAlways): one batch costs one fsync. Without it
 	// (the default), every append goes out on its own as soon as the
 	// pipeline has room: a pipelined plain publish (one message) or an
