@@ -243,9 +243,9 @@ func (b *batcher) enqueue(entries ...*entry) {
 // are out and the queue may go: nothing is in flight, a batch is full, or
 // the linger ran out.
 func (b *batcher) kickLocked() {
-	o := b.c.opts
+	o, budget := b.c.opts, b.c.requestBudget()
 	for b.inflight < o.maxInFlight && len(b.queue) > 0 {
-		full := len(b.queue) >= o.maxBatch || b.weight >= b.c.requestBudget()
+		full := len(b.queue) >= o.maxBatch || b.weight >= budget
 		if b.inflight > 0 && !full && o.linger > 0 && !b.due {
 			if b.linger == nil {
 				b.linger = time.AfterFunc(o.linger, b.lingered)
@@ -257,7 +257,7 @@ func (b *batcher) kickLocked() {
 			b.linger.Stop()
 			b.linger = nil
 		}
-		batch := b.take(o.maxBatch, b.c.requestBudget())
+		batch := b.take(o.maxBatch, budget)
 		if len(batch) == 0 {
 			return
 		}
