@@ -71,8 +71,6 @@ type sequencer struct {
 	closedConn chan nats.Status
 	queue      []*AppendFuture // taken, not yet sent, in order
 	inflight   []*batch
-	// landedUnits have landed; resolveLanded tells their callers.
-	landedUnits []*batch
 	// inflightMsgs and inflightBatches count what inflight holds.
 	inflightMsgs, inflightBatches int
 	tail                          uint64 // the last sequence once every in-flight batch landed
@@ -124,7 +122,6 @@ func (s *sequencer) run() {
 	for s.fatal == nil {
 		s.collect()
 		s.send()
-		s.resolveLanded()
 		// A closed connection will answer nothing more: stop at once.
 		if s.closing && (len(s.queue) == 0 && len(s.inflight) == 0 || time.Now().After(s.closeBy) || s.nc.IsClosed()) {
 			break
@@ -512,7 +509,7 @@ func (s *sequencer) landed(i int) bool {
 	}
 	s.refusals = 0
 	for _, b := range s.inflight[:i+1] {
-		s.landedUnits = append(s.landedUnits, b)
+		s.complete(b, b.expect+1)
 		if end := b.expect + uint64(b.n); end > s.acked {
 			s.acked, s.ackedID = end, b.lastMsgID()
 		}
@@ -549,17 +546,6 @@ func (s *sequencer) remove(from, to int) {
 // clearInflight empties the in-flight list.
 func (s *sequencer) clearInflight() {
 	s.inflight, s.inflightMsgs, s.inflightBatches = nil, 0, 0
-}
-
-// resolveLanded resolves the units that landed since the last call. It
-// runs after the next units went out, so that the next batch is on its
-// way before the callers of the last one wake up and compete for the CPU.
-func (s *sequencer) resolveLanded() {
-	for _, b := range s.landedUnits {
-		s.complete(b, b.expect+1)
-	}
-	clear(s.landedUnits)
-	s.landedUnits = s.landedUnits[:0]
 }
 
 // complete resolves a landed batch whose first message is at first.
@@ -738,7 +724,6 @@ func (s *sequencer) noteRefusal(b *batch, a ack) {
 
 // finish fails whatever is left and records why the writer stopped.
 func (s *sequencer) finish() {
-	s.resolveLanded()
 	reason := s.fatal
 	if reason == nil {
 		reason = streamwal.Errorf(streamwal.CodeClosed, "writer of %s (term %d) is closed", s.w.p, s.w.term)
