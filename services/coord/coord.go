@@ -93,6 +93,13 @@ type Config struct {
 	Policy *balance.Policy
 	// Logger receives the coordinator's logs (default: none).
 	Logger zerolog.Logger
+	// ReclaimLease says that a lease held under this coordinator's ID
+	// belongs to a previous incarnation of this process that is surely
+	// gone (the caller proved it, for example by holding the lock of the
+	// data directory the server stores in). The coordinator then takes
+	// such a lease over at once instead of waiting for it to lapse. A
+	// lease held under another ID is always waited out.
+	ReclaimLease bool
 }
 
 // withDefaults validates c and fills in defaults.
