@@ -181,12 +181,24 @@ func (s *System) StopCoordinator(c *coord.Coordinator, crash bool) {
 	m.nc.Close()
 }
 
-// AddNode starts one more node.
+// AddNode starts one more node, under the next free ID.
 func (s *System) AddNode(ctx context.Context) (*node.Node, error) {
 	s.mu.Lock()
 	s.nextID++
 	id := streamwal.NodeID(fmt.Sprintf("node-%d", s.nextID))
 	s.mu.Unlock()
+	return s.StartNode(ctx, id)
+}
+
+// StartNode starts a node under id, which no running node of the system
+// may have: a restart under a stable ID is StopNode then StartNode.
+func (s *System) StartNode(ctx context.Context, id streamwal.NodeID) (*node.Node, error) {
+	s.mu.Lock()
+	_, running := s.nodes[id]
+	s.mu.Unlock()
+	if running {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "node %s is running", id)
+	}
 	nc, err := s.connect(string(id))
 	if err != nil {
 		return nil, err
@@ -244,8 +256,9 @@ func (s *System) View(ctx context.Context) (wire.View, error) {
 	return v, err
 }
 
-// WaitServing waits until every PChannel is ASSIGNED to a live node and,
-// if balanced, until no node has more than one PChannel more than another.
+// WaitServing waits until every PChannel is ASSIGNED to a live node that
+// confirmed it serves it and, if balanced, until no node has more than one
+// PChannel more than another.
 func (s *System) WaitServing(ctx context.Context, balanced bool) (wire.View, error) {
 	for {
 		v, err := s.View(ctx)
@@ -270,7 +283,7 @@ func serving(v wire.View, balanced bool) bool {
 		count[n] = 0
 	}
 	for _, a := range v.Channels {
-		if a.State != wire.Assigned {
+		if a.State != wire.Assigned || !a.Serving {
 			return false
 		}
 		if _, ok := count[a.Node]; !ok {
@@ -286,6 +299,22 @@ func serving(v wire.View, balanced bool) bool {
 		lo, hi = min(lo, c), max(hi, c)
 	}
 	return hi-lo <= 1
+}
+
+// Crash stops every coordinator and node as a crash of the process
+// would (no lease given back, no goodbye), leaving the server (even one
+// it started) running, so that a new System can start on it as a
+// restarted process would.
+func (s *System) Crash() {
+	for _, c := range s.Coordinators() {
+		s.StopCoordinator(c, true)
+	}
+	for _, n := range s.Nodes() {
+		s.StopNode(n.ID(), true)
+	}
+	if s.admin != nil {
+		s.admin.Close()
+	}
 }
 
 // Close stops the coordinators (so that they do not reassign what the

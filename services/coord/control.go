@@ -14,16 +14,40 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// member is a live node as the coordinator sees it.
+// member is a live node as the coordinator sees it: its session (one
+// incarnation of the node) and what its last heartbeat said it serves.
 type member struct {
-	session  string
+	session  string // "" while unknown (seeded from records without one)
 	lastSeen time.Time
+	version  uint64            // of the served set in the last heartbeat
+	serving  map[string]uint64 // PChannel -> term, as of version
 }
 
-// nodeEvent is a change in the nodes bucket (record nil: deleted).
+// newMember is a node as its record describes it.
+func newMember(rec *wire.NodeRecord) *member {
+	m := &member{}
+	m.heardFrom(rec)
+	return m
+}
+
+// heardFrom takes in a heartbeat of the member's session.
+func (m *member) heardFrom(rec *wire.NodeRecord) {
+	m.session, m.lastSeen, m.version = rec.Session, time.Now(), rec.Version
+	m.serving = make(map[string]uint64, len(rec.Serving))
+	for _, s := range rec.Serving {
+		m.serving[s.PChannel] = s.Term
+	}
+}
+
+// nodeEvent is a change in the nodes bucket (record nil: deleted). A
+// replayed event is one of the values the watch found when it started:
+// it may be the last word of a node long gone, so it tells sessions and
+// what a node no longer serves, but never confirms that a PChannel is
+// served.
 type nodeEvent struct {
-	id     streamwal.NodeID
-	record *wire.NodeRecord
+	id       streamwal.NodeID
+	record   *wire.NodeRecord
+	replayed bool
 }
 
 // opResult is the end of an assignment operation.
@@ -31,6 +55,7 @@ type opResult struct {
 	pchannel string
 	node     string
 	term     uint64
+	reply    wire.OpenReply
 	err      error
 }
 
@@ -52,13 +77,14 @@ type control struct {
 	results   chan opResult
 	calls     chan func()
 	rebalance bool
+	warned    map[string]time.Time // last warning of an unserved PChannel
 }
 
 // newControl loads and fences the persisted state.
 func newControl(ctx context.Context, t *term) (*control, error) {
 	c := t.c
 	ctl := &control{t: t, assign: newStore(c.buckets[streamwal.BucketAssignments]), vchan: newStore(c.buckets[streamwal.BucketVChannels]),
-		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]bool{},
+		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]bool{}, warned: map[string]time.Time{},
 		events: make(chan nodeEvent, 64), results: make(chan opResult, 64), calls: make(chan func())}
 	if _, err := ctl.assign.load(ctx, streamwal.KeyView, &ctl.view); err != nil {
 		return nil, err
@@ -85,17 +111,21 @@ func newControl(ctx context.Context, t *term) (*control, error) {
 	return ctl, nil
 }
 
-// seedMembers counts the owners of the persisted assignments as alive
-// (session unknown) until NodeTTL says otherwise, so that a new active
-// coordinator does not move PChannels of nodes it has not heard from yet.
+// seedMembers counts the owners of the persisted assignments as alive,
+// in the sessions that confirmed them, until NodeTTL says otherwise, so
+// that a new active coordinator does not move PChannels of nodes it has
+// not heard from yet. None of them counts as served until its owner
+// confirms it: a heartbeat of another session is a new incarnation that
+// serves nothing of the old one's, and one of the same session must list
+// the PChannel under its term.
 func (ctl *control) seedMembers() {
 	for _, a := range ctl.channels {
-		if a.Node == "" || a.State != wire.Assigned && a.State != wire.Assigning {
+		if a.Node == "" || a.State != wire.Assigned {
 			continue
 		}
 		id := streamwal.NodeID(a.Node)
 		if _, ok := ctl.nodes[id]; !ok {
-			ctl.nodes[id] = &member{lastSeen: time.Now()}
+			ctl.nodes[id] = &member{session: a.Session, lastSeen: time.Now()}
 		}
 	}
 }
@@ -136,6 +166,8 @@ func (ctl *control) loadChannel(ctx context.Context, name string) error {
 		// it again (under the next term) rather than wait for nothing.
 		a.State, a.Node = wire.Unavailable, ""
 	}
+	// Served only once its owner confirms it to this coordinator.
+	a.Serving, a.Since = false, time.Now().UTC()
 	a.Epoch = ctl.t.epoch
 	if err := ctl.assign.put(ctx, streamwal.AssignmentKey(p), a); err != nil {
 		return err
@@ -244,38 +276,103 @@ func (ctl *control) call(ctx context.Context, f func()) error {
 // onNode applies a membership event.
 func (ctl *control) onNode(ev nodeEvent) {
 	m := ctl.nodes[ev.id]
+	log := ctl.t.log.With().Str("node", string(ev.id)).Logger()
 	switch {
 	case ev.record == nil:
 		if m != nil {
-			ctl.t.log.Info().Str("node", string(ev.id)).Msg("node left")
+			log.Info().Str("session", m.session).Msg("node left")
 			ctl.lose(ev.id)
 		}
 	case m == nil:
-		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node joined")
-		ctl.nodes[ev.id] = &member{session: ev.record.Session, lastSeen: time.Now()}
-		ctl.rebalance = true
-		ctl.save(nil)
-	case m.session == "":
-		// Seeded from the persisted assignments at takeover: the first
-		// heartbeat tells its session.
-		m.session, m.lastSeen = ev.record.Session, time.Now()
-		ctl.save(nil)
-	case m.session != ev.record.Session:
-		ctl.t.log.Info().Str("node", string(ev.id)).Msg("node restarted")
+		log.Info().Str("session", ev.record.Session).Msg("node joined")
+		ctl.join(ev)
+	case m.session != "" && m.session != ev.record.Session:
+		// A new incarnation under the same ID: whatever the old one
+		// served, this one serves none of it until it opens it again
+		// under a new term.
+		log.Info().Str("session", ev.record.Session).Str("previous_session", m.session).Msg("node restarted")
 		ctl.lose(ev.id)
-		ctl.nodes[ev.id] = &member{session: ev.record.Session, lastSeen: time.Now()}
-		ctl.rebalance = true
+		ctl.join(ev)
 	default:
-		m.lastSeen = time.Now()
+		if m.session == "" {
+			log.Info().Str("session", ev.record.Session).Msg("node session learned")
+		}
+		m.heardFrom(ev.record)
+		ctl.verify(ev.id, m, !ev.replayed)
 	}
 }
 
-// checkHealth declares dead the nodes unheard for NodeTTL.
+// join adds a node in the session its record names.
+func (ctl *control) join(ev nodeEvent) {
+	m := newMember(ev.record)
+	ctl.nodes[ev.id] = m
+	ctl.rebalance = true
+	ctl.verify(ev.id, m, !ev.replayed)
+	ctl.save(nil)
+}
+
+// verify compares the PChannels assigned to a node with what its last
+// heartbeat says it serves. One it lists under the assigned term is
+// served (when the heartbeat is live); one it does not list although the
+// heartbeat is at least as new as the open that confirmed it, or one
+// confirmed by another session, is not served and is reassigned.
+func (ctl *control) verify(id streamwal.NodeID, m *member, live bool) {
+	for _, a := range ctl.channels {
+		if a.Node != string(id) || a.State != wire.Assigned || ctl.busy[a.PChannel] {
+			continue
+		}
+		term, listed := m.serving[a.PChannel]
+		switch {
+		case a.Session != "" && a.Session != m.session:
+			ctl.reopen(a, "confirmed by an earlier incarnation of its owner")
+		case listed && term == a.Term:
+			if a.Session == "" {
+				a.Session = m.session
+			}
+			if live {
+				ctl.setServing(a, true)
+			}
+		case m.version >= a.Version:
+			ctl.reopen(a, "its owner no longer serves it")
+		}
+	}
+}
+
+// reopen gives up an ASSIGNED PChannel its owner does not serve, so that
+// the scheduler assigns it again under the next term.
+func (ctl *control) reopen(a *wire.Assignment, why string) {
+	ctl.t.log.Warn().Str("pchannel", a.PChannel).Str("node", a.Node).Uint64("term", a.Term).Msg("reassigning: " + why)
+	ctl.setState(a, "", wire.Unavailable)
+	ctl.rebalance = true
+}
+
+// checkHealth declares dead the nodes unheard for NodeTTL, and gives up
+// the PChannels whose owner did not confirm them within the open timeout.
 func (ctl *control) checkHealth() {
 	for id, m := range ctl.nodes {
 		if time.Since(m.lastSeen) > ctl.t.c.cfg.NodeTTL {
-			ctl.t.log.Warn().Str("node", string(id)).Msg("node dead")
+			ctl.t.log.Warn().Str("node", string(id)).Str("session", m.session).Msg("node dead")
 			ctl.lose(id)
+		}
+	}
+	limit := ctl.t.c.cfg.OpenTimeout
+	for _, a := range ctl.channels {
+		if a.Serving {
+			delete(ctl.warned, a.PChannel)
+			continue
+		}
+		unserved := time.Since(a.Since)
+		if unserved <= limit {
+			continue
+		}
+		if a.State == wire.Assigned && !ctl.busy[a.PChannel] {
+			ctl.reopen(a, "its owner did not confirm it within the open timeout")
+		}
+		if w, ok := ctl.warned[a.PChannel]; !ok || time.Since(w) > limit {
+			ctl.warned[a.PChannel] = time.Now()
+			ctl.t.log.Warn().Str("pchannel", a.PChannel).Str("state", string(a.State)).Str("node", a.Node).
+				Uint64("term", a.Term).Dur("unserved_for", unserved.Round(time.Millisecond)).Int("nodes", len(ctl.nodes)).
+				Msg("pchannel not serving")
 		}
 	}
 }
@@ -292,9 +389,36 @@ func (ctl *control) lose(id streamwal.NodeID) {
 	ctl.save(nil)
 }
 
-// setState changes an assignment in memory and persists it.
+// setServing records whether a PChannel's owner confirmed it, persisting
+// a change.
+func (ctl *control) setServing(a *wire.Assignment, serving bool) {
+	if a.Serving == serving {
+		return
+	}
+	ctl.markServing(a, serving)
+	ctl.put(a)
+}
+
+// markServing changes Serving and its Since in memory.
+func (ctl *control) markServing(a *wire.Assignment, serving bool) {
+	if a.Serving != serving {
+		a.Serving, a.Since = serving, time.Now().UTC()
+	}
+}
+
+// setState changes an assignment in memory and persists it; any state
+// but ASSIGNED is not served.
 func (ctl *control) setState(a *wire.Assignment, node string, s wire.State) {
 	a.Node, a.State = node, s
+	if s != wire.Assigned {
+		ctl.markServing(a, false)
+		a.Session, a.Version = "", 0
+	}
+	ctl.put(a)
+}
+
+// put persists an assignment and publishes the view.
+func (ctl *control) put(a *wire.Assignment) {
 	p, _ := streamwal.ParsePChannel(a.PChannel)
 	ctl.save(ctl.assign.put(ctl.t.ctx, streamwal.AssignmentKey(p), a))
 }
@@ -376,27 +500,41 @@ func (ctl *control) assignOn(from, to streamwal.NodeID, oldTerm uint64, req wire
 	}
 	ctx, cancel := context.WithTimeout(ctl.t.ctx, cfg.OpenTimeout)
 	defer cancel()
-	err := wire.Call(ctx, nc, cfg.Cluster.NodeSubject(to, streamwal.NodeOpen), req, nil)
-	return opResult{pchannel: req.PChannel, node: string(to), term: req.Term, err: err}
+	r := opResult{pchannel: req.PChannel, node: string(to), term: req.Term}
+	r.err = wire.Call(ctx, nc, cfg.Cluster.NodeSubject(to, streamwal.NodeOpen), req, &r.reply)
+	return r
 }
 
-// onResult completes an assignment.
+// onResult completes an assignment: the PChannel is ASSIGNED and served
+// once the owner's current session confirmed it.
 func (ctl *control) onResult(r opResult) {
 	delete(ctl.busy, r.pchannel)
 	a := ctl.byName[r.pchannel]
 	if a == nil || a.Term != r.term || a.Node != r.node {
 		return
 	}
-	if r.err != nil {
-		ctl.t.log.Warn().Err(r.err).Str("pchannel", r.pchannel).Str("node", r.node).Msg("assignment failed")
+	log := ctl.t.log.With().Str("pchannel", r.pchannel).Str("node", r.node).Uint64("term", r.term).Logger()
+	m, alive := ctl.nodes[streamwal.NodeID(r.node)]
+	switch {
+	case r.err != nil:
+		log.Warn().Err(r.err).Msg("assignment failed")
+		ctl.setState(a, "", wire.Unavailable)
+		return
+	case !alive:
+		log.Warn().Msg("assignment confirmed by a node since lost")
+		ctl.setState(a, "", wire.Unavailable)
+		return
+	case m.session != "" && r.reply.Session != m.session:
+		log.Warn().Str("session", r.reply.Session).Str("live_session", m.session).Msg("assignment confirmed by an incarnation since replaced")
 		ctl.setState(a, "", wire.Unavailable)
 		return
 	}
-	if _, alive := ctl.nodes[streamwal.NodeID(r.node)]; !alive {
-		ctl.setState(a, "", wire.Unavailable)
-		return
-	}
+	a.Session, a.Version = r.reply.Session, r.reply.Version
+	ctl.markServing(a, true)
 	ctl.setState(a, r.node, wire.Assigned)
+	log.Info().Str("session", a.Session).Uint64("barrier", uint64(r.reply.Barrier)).Msg("assigned")
+	// A heartbeat newer than the open may already say otherwise.
+	ctl.verify(streamwal.NodeID(r.node), m, false)
 	// A round moves at most MaxMoves PChannels: go on until the plan is
 	// empty (the policy's tolerance keeps it from flapping).
 	ctl.rebalance = true
@@ -411,6 +549,7 @@ func (ctl *control) watchNodes() {
 		return
 	}
 	defer func() { _ = w.Stop() }()
+	replaying := true
 	for {
 		select {
 		case <-ctl.t.ctx.Done():
@@ -420,12 +559,14 @@ func (ctl *control) watchNodes() {
 				return
 			}
 			if e == nil {
+				replaying = false // the values found at start are through
 				continue
 			}
 			ev, ok := decodeNodeEvent(e)
 			if !ok {
 				continue
 			}
+			ev.replayed = replaying
 			select {
 			case ctl.events <- ev:
 			case <-ctl.t.ctx.Done():

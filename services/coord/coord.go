@@ -279,6 +279,9 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 		return 0
 	}
 	created, err := kv.Create(ctx, streamwal.KeyLeader, []byte(c.cfg.ID))
+	if err != nil && c.cfg.ReclaimLease {
+		created, err = c.reclaim(ctx, kv)
+	}
 	if err != nil {
 		return 0
 	}
@@ -289,6 +292,26 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 		return 0
 	}
 	return created
+}
+
+// reclaim takes over a lease held under this coordinator's own ID, which
+// Config.ReclaimLease says is a dead incarnation's, instead of waiting for
+// it to lapse. The update is compare-and-set on the revision read, so a
+// lease that changed hands meanwhile is left alone.
+func (c *Coordinator) reclaim(ctx context.Context, kv njs.KeyValue) (uint64, error) {
+	e, err := kv.Get(ctx, streamwal.KeyLeader)
+	if err != nil {
+		return 0, err
+	}
+	if string(e.Value()) != c.cfg.ID {
+		return 0, streamwal.Errorf(streamwal.CodeResourceBusy, "lease held by %q", e.Value())
+	}
+	rev, err := kv.Update(ctx, streamwal.KeyLeader, []byte(c.cfg.ID), e.Revision())
+	if err != nil {
+		return 0, err
+	}
+	c.log.Info().Uint64("revision", e.Revision()).Msg("reclaimed the lease of a previous incarnation")
+	return rev, nil
 }
 
 // extendLease records how long the lease renewed (or created) at start

@@ -756,7 +756,10 @@ func TestPersistedLayoutRules(t *testing.T) {
 type fakeNode struct {
 	e        *env
 	id       streamwal.NodeID
+	session  string
 	mu       sync.Mutex
+	serving  map[string]uint64 // what it tells it serves: PChannel -> term
+	version  uint64
 	opens    []wire.OpenRequest
 	problems []string
 	subs     []*nats.Subscription
@@ -768,7 +771,7 @@ func (e *env) node(id streamwal.NodeID) *fakeNode { return e.nodeSession(id, "s-
 
 func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 	t := e.t
-	n := &fakeNode{e: e, id: id, stop: make(chan struct{}), done: make(chan struct{})}
+	n := &fakeNode{e: e, id: id, session: session, serving: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
 	assignments := e.kv(streamwal.BucketAssignments)
 	open, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeOpen), func(m *nats.Msg) {
 		var req wire.OpenRequest
@@ -792,21 +795,25 @@ func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 			n.opens = append(n.opens, req)
 			n.mu.Unlock()
 		}
-		_ = wire.Respond(m, wire.OpenReply{}, err)
+		_ = wire.Respond(m, n.serve(req.PChannel, req.Term), err)
 	})
 	require.NoError(t, err)
-	cl, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeClose), func(m *nats.Msg) { _ = wire.Respond(m, nil, nil) })
+	cl, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeClose), func(m *nats.Msg) {
+		var req wire.CloseRequest
+		if err := wire.Decode(m.Data, &req); err == nil {
+			n.unserve(req.PChannel)
+		}
+		_ = wire.Respond(m, nil, nil)
+	})
 	require.NoError(t, err)
 	nodes := e.kv(streamwal.BucketNodes)
-	rec, err := json.Marshal(wire.NodeRecord{Node: string(id), Session: session, Since: time.Now().UTC()})
-	require.NoError(t, err)
 	go func() {
 		defer close(n.done)
 		tick := time.NewTicker(testNodeTTL / 4)
 		defer tick.Stop()
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_, _ = nodes.Put(ctx, streamwal.NodeKey(id), rec)
+			_, _ = nodes.Put(ctx, streamwal.NodeKey(id), n.record())
 			cancel()
 			select {
 			case <-n.stop:
@@ -818,6 +825,39 @@ func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 	n.subs = []*nats.Subscription{open, cl}
 	t.Cleanup(n.kill)
 	return n
+}
+
+// serve starts telling that it serves p under term, and is the open's
+// reply.
+func (n *fakeNode) serve(p string, term uint64) wire.OpenReply {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.serving[p] = term
+	n.version++
+	return wire.OpenReply{Session: n.session, Version: n.version}
+}
+
+// unserve stops telling that it serves p.
+func (n *fakeNode) unserve(p string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	delete(n.serving, p)
+	n.version++
+}
+
+// record is its heartbeat.
+func (n *fakeNode) record() []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rec := wire.NodeRecord{Node: string(n.id), Session: n.session, Since: time.Now().UTC(), Version: n.version}
+	for p, term := range n.serving {
+		rec.Serving = append(rec.Serving, wire.Served{PChannel: p, Term: term})
+	}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		panic(err)
+	}
+	return data
 }
 
 // kill stops the heartbeats and the answers (the process is gone).

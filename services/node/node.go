@@ -16,6 +16,8 @@ package node
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,15 +84,19 @@ type Node struct {
 	cfg     Config
 	log     zerolog.Logger
 	session string
+	started time.Time // when this session began
 	be      *jetstream.JetStream
 	nodes   njs.KeyValue
 	oracle  *remoteOracle
 
 	mu       sync.Mutex
 	channels map[streamwal.PChannel]*channel
+	version  uint64 // of the served set: grows at every change of channels
 	opLocks  map[streamwal.PChannel]*sync.Mutex
 	subs     []*nats.Subscription
 	closing  bool
+
+	beat chan struct{} // asks for a heartbeat now (the served set changed)
 
 	requests chan struct{} // semaphore of append requests
 	inflight sync.WaitGroup
@@ -101,8 +107,9 @@ type Node struct {
 
 // channel is one PChannel the node serves.
 type channel struct {
-	wal *wal.WAL
-	sub *nats.Subscription
+	wal   *wal.WAL
+	sub   *nats.Subscription
+	since time.Time
 }
 
 // Start registers the node and starts serving the coordinator's requests.
@@ -115,11 +122,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, be: be, session: nuid.Next(),
+	n := &Node{cfg: cfg, be: be, session: nuid.Next(), started: time.Now().UTC(),
 		log:      logging.Component(cfg.Logger, "node").With().Str("node", string(cfg.ID)).Logger(),
 		oracle:   &remoteOracle{nc: cfg.Conn, subject: cfg.Codec.Cluster().CoordSubject(streamwal.CoordTSO)},
 		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
-		requests: make(chan struct{}, maxRequests), stop: make(chan struct{})}
+		requests: make(chan struct{}, maxRequests), stop: make(chan struct{}), beat: make(chan struct{}, 1)}
 	if n.nodes, err = n.openNodesBucket(ctx); err != nil {
 		return nil, err
 	}
@@ -210,10 +217,9 @@ func (n *Node) unsubscribe() {
 	}
 }
 
-// heartbeat writes the node's registration.
+// heartbeat writes the node's registration with what it serves.
 func (n *Node) heartbeat(ctx context.Context) error {
-	rec := wire.NodeRecord{Node: string(n.cfg.ID), Session: n.session, Since: time.Now().UTC()}
-	data, err := jsonEncode(rec)
+	data, err := jsonEncode(n.record())
 	if err != nil {
 		return err
 	}
@@ -223,7 +229,32 @@ func (n *Node) heartbeat(ctx context.Context) error {
 	return nil
 }
 
-// heartbeats runs until the node stops.
+// record is the node's registration as of now.
+func (n *Node) record() wire.NodeRecord {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	rec := wire.NodeRecord{Node: string(n.cfg.ID), Session: n.session, Since: n.started, Version: n.version}
+	for p, ch := range n.channels {
+		rec.Serving = append(rec.Serving, wire.Served{PChannel: p.String(), Term: ch.wal.Term(), Since: ch.since})
+	}
+	slices.SortFunc(rec.Serving, func(a, b wire.Served) int { return strings.Compare(a.PChannel, b.PChannel) })
+	return rec
+}
+
+// changedLocked records a change of the served set and asks for a
+// heartbeat, so that the coordinator hears of it at once; it returns the
+// set's new version.
+func (n *Node) changedLocked() uint64 {
+	n.version++
+	select {
+	case n.beat <- struct{}{}:
+	default:
+	}
+	return n.version
+}
+
+// heartbeats runs until the node stops: every Heartbeat, and at once when
+// the served set changed.
 func (n *Node) heartbeats() {
 	defer n.loops.Done()
 	t := time.NewTicker(n.cfg.Heartbeat)
@@ -233,12 +264,13 @@ func (n *Node) heartbeats() {
 		case <-n.stop:
 			return
 		case <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat*4)
-			if err := n.heartbeat(ctx); err != nil {
-				n.log.Warn().Err(err).Msg("heartbeat")
-			}
-			cancel()
+		case <-n.beat:
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat*4)
+		if err := n.heartbeat(ctx); err != nil {
+			n.log.Warn().Err(err).Msg("heartbeat")
+		}
+		cancel()
 	}
 }
 

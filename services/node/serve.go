@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ func (n *Node) opLock(p streamwal.PChannel) *sync.Mutex {
 
 // handleOpen opens a PChannel's WAL under the requested term and starts
 // serving its append subject. Opening the term already open is a no-op.
+// The reply confirms the PChannel as served in this session.
 func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 	var req wire.OpenRequest
 	if err := wire.Decode(data, &req); err != nil {
@@ -52,22 +54,31 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
+	reply, err := n.open(ctx, p, req.Term)
+	if err != nil {
+		n.log.Warn().Err(err).Str("pchannel", p.String()).Uint64("term", req.Term).Msg("open failed")
+	}
+	return reply, err
+}
+
+// open opens p under term, one open or close of p at a time.
+func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any, error) {
 	l := n.opLock(p)
 	l.Lock()
 	defer l.Unlock()
 	if err := ctx.Err(); err != nil {
-		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open %s under term %d: gave up waiting for an earlier open: %v", p, req.Term, err)
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open %s under term %d: gave up waiting for an earlier open: %v", p, term, err)
 	}
 	if cur, ok := n.WAL(p); ok {
-		if cur.Term() == req.Term && cur.Err() == nil {
-			return wire.OpenReply{Barrier: cur.Barrier().ID()}, nil
+		if cur.Term() == term && cur.Err() == nil {
+			return n.confirm(cur), nil
 		}
-		if cur.Term() > req.Term {
-			return nil, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), req.Term)
+		if cur.Term() > term {
+			return nil, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), term)
 		}
-		n.drop(p, cur)
+		n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10))
 	}
-	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: req.Term, Node: string(n.cfg.ID),
+	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
 		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log})
 	if err != nil {
 		return nil, err
@@ -76,8 +87,18 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 		_ = w.Close()
 		return nil, err
 	}
-	n.log.Info().Str("pchannel", p.String()).Uint64("term", req.Term).Msg("serving")
-	return wire.OpenReply{Barrier: w.Barrier().ID()}, nil
+	r := w.Recovered()
+	n.log.Info().Str("pchannel", p.String()).Uint64("term", term).Int("replayed", r.Replayed).Int("open_txns", r.Txns).
+		Uint64("barrier", uint64(r.Barrier)).Dur("took", r.Took).Msg("serving")
+	return n.confirm(w), nil
+}
+
+// confirm is the reply to an open of w: its barrier, and the session and
+// served-set version that list it.
+func (n *Node) confirm(w *wal.WAL) wire.OpenReply {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return wire.OpenReply{Barrier: w.Barrier().ID(), Session: n.session, Version: n.version}
 }
 
 // serve starts answering p's append subject with w, and watches w so that
@@ -92,38 +113,53 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 	if err != nil {
 		return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe appends of %s: %v", p, err)
 	}
-	n.channels[p] = &channel{wal: w, sub: sub}
+	n.channels[p] = &channel{wal: w, sub: sub, since: time.Now().UTC()}
+	n.changedLocked()
 	publishLocal(n.cfg.Codec.Cluster(), w)
 	n.loops.Add(1)
-	go func() {
-		defer n.loops.Done()
-		select {
-		case <-w.Done():
-			ev := n.log.Warn()
-			if errors.Is(w.Err(), streamwal.ErrClosed) {
-				ev = n.log.Debug()
-			}
-			ev.Err(w.Err()).Str("pchannel", p.String()).Msg("wal stopped")
-			n.drop(p, w)
-		case <-n.stop:
-		}
-	}()
+	go n.watch(p, w)
 	return nil
 }
 
-// drop stops serving p if w is still its WAL, and closes w.
-func (n *Node) drop(p streamwal.PChannel, w *wal.WAL) {
+// watch drops p as soon as its WAL w stops by itself (fenced by a newer
+// owner, or failed).
+func (n *Node) watch(p streamwal.PChannel, w *wal.WAL) {
+	defer n.loops.Done()
+	select {
+	case <-w.Done():
+	case <-n.stop:
+		return
+	}
+	if errors.Is(w.Err(), streamwal.ErrClosed) {
+		return
+	}
+	why := "failed"
+	if errors.Is(w.Err(), streamwal.ErrFenced) {
+		why = "fenced by a newer owner"
+	}
+	if n.drop(p, w, why) {
+		n.log.Warn().Err(w.Err()).Str("pchannel", p.String()).Uint64("term", w.Term()).Msg("stopped serving: " + why)
+	}
+}
+
+// drop stops serving p if w is still its WAL, and closes w; it reports
+// whether p was being served with w.
+func (n *Node) drop(p streamwal.PChannel, w *wal.WAL, why string) bool {
 	withdrawLocal(n.cfg.Codec.Cluster(), w)
 	n.mu.Lock()
 	ch, ok := n.channels[p]
-	if ok && ch.wal == w {
+	ok = ok && ch.wal == w
+	if ok {
 		delete(n.channels, p)
+		n.changedLocked()
 	}
 	n.mu.Unlock()
-	if ok && ch.wal == w {
+	if ok {
 		_ = ch.sub.Unsubscribe()
+		n.log.Debug().Str("pchannel", p.String()).Uint64("term", w.Term()).Str("why", why).Msg("dropping")
 	}
 	_ = w.Close()
+	return ok
 }
 
 // handleClose closes a PChannel's WAL (of the given term, or any).
@@ -140,8 +176,9 @@ func (n *Node) handleClose(_ context.Context, data []byte) (any, error) {
 	l.Lock()
 	defer l.Unlock()
 	if cur, ok := n.WAL(p); ok && (req.Term == 0 || cur.Term() <= req.Term) {
-		n.drop(p, cur)
-		n.log.Info().Str("pchannel", p.String()).Uint64("term", cur.Term()).Msg("closed")
+		if n.drop(p, cur, "closed by the coordinator") {
+			n.log.Info().Str("pchannel", p.String()).Uint64("term", cur.Term()).Msg("closed")
+		}
 	}
 	return nil, nil
 }

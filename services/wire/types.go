@@ -28,9 +28,14 @@ type OpenRequest struct {
 	Timeout time.Duration `json:"timeout,omitempty"`
 }
 
-// OpenReply is the RecoveryBarrier the node landed.
+// OpenReply is the RecoveryBarrier the node landed, and the node's
+// confirmation that it now serves the PChannel: the session it serves it
+// in, and the Version of its served set that first lists it (see
+// NodeRecord).
 type OpenReply struct {
 	Barrier messages.MessageID `json:"barrier"`
+	Session string             `json:"session"`
+	Version uint64             `json:"version"`
 }
 
 // CloseRequest tells a node to close a PChannel's WAL (of Term, or of any
@@ -122,10 +127,26 @@ type ReleaseRequest struct {
 }
 
 // NodeRecord is a node's registration and heartbeat in the nodes bucket.
+// Every heartbeat says what the node serves, so the coordinator (and an
+// operator with `nats kv get`) sees what the node confirms, not what was
+// last assigned to it.
 type NodeRecord struct {
 	Node    string    `json:"node"`
 	Session string    `json:"session"`
 	Since   time.Time `json:"since"`
+	// Serving lists the PChannels the node serves, with their terms.
+	Serving []Served `json:"serving,omitempty"`
+	// Version counts the changes of Serving within the session: a record
+	// of Version v lists every PChannel whose open replied with a version
+	// of at most v, unless the node stopped serving it since.
+	Version uint64 `json:"version"`
+}
+
+// Served is one PChannel a node serves.
+type Served struct {
+	PChannel string    `json:"pchannel"`
+	Term     uint64    `json:"term"`
+	Since    time.Time `json:"since"`
 }
 
 // State is where a PChannel is in its assignment.
@@ -149,6 +170,18 @@ type Assignment struct {
 	VChannels int `json:"vchannels"`
 	// Epoch is the coordinator epoch that wrote it.
 	Epoch uint64 `json:"epoch"`
+	// Session and Version are those of the owner's open reply: the
+	// incarnation of the node that confirmed the PChannel, and the first
+	// version of its served set that lists it.
+	Session string `json:"session,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+	// Serving says whether the owner confirmed it serves the PChannel
+	// under Term in Session (its open reply, then every heartbeat), so
+	// that appends to it can succeed; Since is when Serving last changed.
+	// A new active coordinator starts every PChannel as not serving until
+	// its owner confirms it.
+	Serving bool      `json:"serving"`
+	Since   time.Time `json:"since"`
 }
 
 // View is the versioned assignment view clients and operators watch.

@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -47,11 +48,13 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 		loopDone: make(chan struct{}),
 	}
 	w.alive, w.kill = context.WithCancel(context.Background())
+	start := time.Now()
 	if err := w.recover(ctx); err != nil {
 		w.kill()
 		_ = wr.Close()
 		return nil, err
 	}
+	w.recovery.Took = time.Since(start)
 	go w.syncLoop()
 	return w, nil
 }
@@ -103,6 +106,7 @@ func (w *WAL) recover(ctx context.Context) error {
 	w.acks = timetick.NewAckManager(floor)
 	w.maxAcked = barrier.ID()
 	w.syncer = timetick.NewSyncer(barrier.ID())
-	w.log.Info().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
+	w.recovery = Recovery{Replayed: replayed, Txns: w.txns.Len(), Barrier: barrier.ID()}
+	w.log.Debug().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
 	return nil
 }

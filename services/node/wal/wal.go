@@ -40,6 +40,7 @@ type WAL struct {
 	life     *lifecycle.Table
 	syncer   *timetick.Syncer
 	stopped  error // set once the WAL takes no more appends
+	recovery Recovery
 
 	inflight sync.WaitGroup
 	// alive ends when Close starts, cutting short an oracle call.
@@ -55,6 +56,21 @@ func (w *WAL) PChannel() streamwal.PChannel { return w.cfg.PChannel }
 
 // Term is the ownership term the WAL opened under.
 func (w *WAL) Term() uint64 { return w.cfg.Term }
+
+// Recovery is what opening a WAL replayed.
+type Recovery struct {
+	// Replayed counts the messages read below the barrier; Txns the
+	// transactions still open after them.
+	Replayed int
+	Txns     int
+	// Barrier is where the RecoveryBarrier landed.
+	Barrier messages.MessageID
+	// Took is how long the open took, barrier and replay included.
+	Took time.Duration
+}
+
+// Recovered describes the replay the WAL ran when it opened.
+func (w *WAL) Recovered() Recovery { return w.recovery }
 
 // Barrier is the RecoveryBarrier the WAL appended when it opened.
 func (w *WAL) Barrier() *messages.ImmutableMessage { return w.w.Barrier() }

@@ -1,0 +1,192 @@
+package coord
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// waitServing waits until every PChannel is ASSIGNED to node at term and
+// confirmed as served by it.
+func (e *env) waitServing(node string, term uint64) wire.View {
+	e.t.Helper()
+	var v wire.View
+	require.Eventually(e.t, func() bool {
+		v = wire.View{}
+		if err := e.call(streamwal.CoordStatus, struct{}{}, &v); err != nil || len(v.Channels) == 0 {
+			return false
+		}
+		for _, a := range v.Channels {
+			if a.State != wire.Assigned || a.Node != node || a.Term != term || !a.Serving {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, poll, "channels never all served by %q at term %d", node, term)
+	return v
+}
+
+// openCount is how many opens a fake node received.
+func (n *fakeNode) openCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.opens)
+}
+
+// problemsOf are the protocol violations a fake node saw.
+func (n *fakeNode) problemsOf() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.problems...)
+}
+
+// A whole cluster restarts: coordinator and node, the node under its
+// stable ID in a new session that serves nothing yet. Every PChannel must
+// be reopened on the new incarnation under a new term, whether the old
+// incarnation died (its last heartbeat still in the bucket) or said
+// goodbye. The coordinator once trusted the persisted assignments and took
+// the new session's first heartbeat for the old owner's.
+func TestFullRestartReopensEveryPChannelOfTheNewIncarnation(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(*fakeNode)
+	}{
+		{"node crashed", (*fakeNode).kill},
+		{"node left", (*fakeNode).leave},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			c := e.start("coord-1")
+			e.waitActive(5*time.Second, c)
+			n := e.nodeSession("n1", "s1")
+			e.waitServing("n1", 1)
+
+			require.NoError(t, c.Close())
+			tc.stop(n)
+
+			c2 := e.start("coord-1")
+			e.waitActive(5*time.Second, c2)
+			again := e.nodeSession("n1", "s2")
+			v := e.waitServing("n1", 2)
+			for _, a := range v.Channels {
+				require.Equal(t, "s2", a.Session, a.PChannel)
+			}
+			require.Equal(t, len(v.Channels), again.openCount())
+			require.Empty(t, again.problemsOf())
+		})
+	}
+}
+
+// A coordinator that takes over from one that stopped keeps the
+// assignments its live nodes confirm: no PChannel moves, no term grows.
+func TestTakeoverKeepsWhatLiveNodesConfirm(t *testing.T) {
+	e := newEnv(t)
+	a := e.start("a")
+	e.waitActive(5*time.Second, a)
+	n := e.nodeSession("n1", "s1")
+	e.waitServing("n1", 1)
+	opens := n.openCount()
+
+	require.NoError(t, a.Close())
+	b := e.start("b")
+	e.waitActive(5*time.Second, b)
+	e.waitServing("n1", 1)
+	require.Equal(t, opens, n.openCount(), "a confirmed PChannel was opened again")
+}
+
+// Until a live heartbeat confirms them, the PChannels a new coordinator
+// found persisted are not served: the last heartbeat of a node that died
+// still lists them, and must not count.
+func TestStaleHeartbeatNeverConfirmsServing(t *testing.T) {
+	e := newEnv(t)
+	a := e.start("a", withLease(time.Minute))
+	e.waitActive(5*time.Second, a)
+	n := e.nodeSession("n1", "s1")
+	e.waitServing("n1", 1)
+	require.NoError(t, a.Close())
+	n.kill()
+
+	b := e.start("b")
+	e.waitActive(5*time.Second, b)
+	// The dead node's PChannels are never served; they end UNAVAILABLE
+	// once its heartbeats are overdue.
+	require.Eventually(t, func() bool {
+		v := e.status()
+		for _, ch := range v.Channels {
+			require.False(t, ch.Serving, "%s served by a dead node: %+v", ch.PChannel, ch)
+			if ch.State != wire.Unavailable {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, poll)
+}
+
+// A node that stops serving a PChannel by itself (its WAL failed or was
+// fenced) says so in its next heartbeat, and the coordinator reassigns it.
+func TestPChannelDroppedByItsOwnerIsReassigned(t *testing.T) {
+	e := newEnv(t)
+	c := e.start("a")
+	e.waitActive(5*time.Second, c)
+	n := e.nodeSession("n1", "s1")
+	e.waitServing("n1", 1)
+
+	n.unserve("pchan-2")
+	require.Eventually(t, func() bool {
+		for _, ch := range e.status().Channels {
+			if ch.PChannel == "pchan-2" {
+				return ch.Term == 2 && ch.Serving && ch.Node == "n1"
+			}
+		}
+		return false
+	}, 10*time.Second, poll)
+	for _, ch := range e.status().Channels {
+		if ch.PChannel != "pchan-2" {
+			require.Equal(t, uint64(1), ch.Term, ch.PChannel)
+		}
+	}
+}
+
+// A coordinator restarted under its ID with ReclaimLease takes over the
+// lease its crashed incarnation left at once, instead of waiting for it
+// to lapse (here a minute, far beyond the test's deadline).
+func TestReclaimLeaseTakesOverAnOwnLease(t *testing.T) {
+	e := newEnv(t)
+	reclaim := func(c *Config) { c.ReclaimLease = true }
+	a := e.start("coord-1", withLease(time.Minute), reclaim)
+	e.waitActive(5*time.Second, a)
+	ep := epochOf(t, a)
+	a.Crash()
+
+	again := e.start("coord-1", withLease(time.Minute), reclaim)
+	e.waitActive(5*time.Second, again)
+	require.Greater(t, epochOf(t, again), ep)
+}
+
+// ReclaimLease never takes a lease held under another ID.
+func TestReclaimLeaseLeavesAnotherIDsLease(t *testing.T) {
+	e := newEnv(t)
+	a := e.start("coord-1", withLease(time.Minute))
+	e.waitActive(5*time.Second, a)
+	a.Crash()
+
+	other := e.start("coord-2", withLease(time.Minute), func(c *Config) { c.ReclaimLease = true })
+	kv := e.kv(streamwal.BucketLeader)
+	before, err := kv.Get(testCtx(t), streamwal.KeyLeader)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err = other.reclaim(ctx, kv)
+	require.ErrorIs(t, err, streamwal.ErrResourceBusy)
+	after, err := kv.Get(testCtx(t), streamwal.KeyLeader)
+	require.NoError(t, err)
+	require.Equal(t, before.Revision(), after.Revision())
+	require.Equal(t, "coord-1", string(after.Value()))
+	_, active := other.Active()
+	require.False(t, active)
+}
