@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -16,9 +17,14 @@ type Status struct {
 }
 
 // ChannelStatus is one PChannel: its assignment and its stream's tail.
+// Serving is true only while the owner confirms it serves the PChannel
+// under the current term in its current session (see wire.Assignment):
+// a PChannel that cannot take writes is not serving, whatever its state.
 type ChannelStatus struct {
 	PChannel     string             `json:"pchannel"`
 	State        wire.State         `json:"state"`
+	Serving      bool               `json:"serving"`
+	Since        time.Time          `json:"since"`
 	Node         string             `json:"node,omitempty"`
 	Term         uint64             `json:"term"`
 	VChannels    int                `json:"vchannels"`
@@ -58,7 +64,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	for _, a := range st.View.Channels {
-		ch := ChannelStatus{PChannel: a.PChannel, State: a.State, Node: a.Node, Term: a.Term, VChannels: a.VChannels}
+		ch := ChannelStatus{PChannel: a.PChannel, State: a.State, Serving: a.Serving, Since: a.Since, Node: a.Node, Term: a.Term, VChannels: a.VChannels}
 		if a.Term > 0 {
 			if p, err := streamwal.ParsePChannel(a.PChannel); err == nil {
 				ch.LastID, ch.LastTimeTick = c.tail(ctx, p)

@@ -84,20 +84,41 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-// printStatus renders the status as text.
+// printStatus renders the status as text: a PChannel serves only while
+// its owner confirms it (SERVING), and a summary line names those that
+// do not.
 func printStatus(w io.Writer, st client.Status) error {
 	fmt.Fprintf(w, "coordinator: %s (epoch %d, view version %d)\n", st.View.Leader, st.View.Epoch, st.View.Version)
 	fmt.Fprintf(w, "nodes:       %s\n", strings.Join(st.View.Nodes, ", "))
 	fmt.Fprintf(w, "cchannel:    %s\n", st.View.CChannel)
+	var unserved []string
+	for _, ch := range st.Channels {
+		if !ch.Serving {
+			unserved = append(unserved, ch.PChannel)
+		}
+	}
+	if len(unserved) == 0 {
+		fmt.Fprintf(w, "serving:     all %d PChannels\n", len(st.Channels))
+	} else {
+		fmt.Fprintf(w, "serving:     %d of %d PChannels; NOT SERVING (appends to them wait): %s\n",
+			len(st.Channels)-len(unserved), len(st.Channels), strings.Join(unserved, ", "))
+	}
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
-	t.AppendHeader(table.Row{"PChannel", "State", "Owner", "Term", "VChannels", "Last MessageID", "Last TimeTick"})
+	t.AppendHeader(table.Row{"PChannel", "State", "Serving", "Since", "Owner", "Term", "VChannels", "Last MessageID", "Last TimeTick"})
 	for _, ch := range st.Channels {
 		tt := "-"
 		if ch.LastTimeTick != 0 {
 			tt = ch.LastTimeTick.String()
 		}
-		t.AppendRow(table.Row{ch.PChannel, ch.State, ch.Node, ch.Term, ch.VChannels, ch.LastID, tt})
+		serving, since := "no", "-"
+		if ch.Serving {
+			serving = "yes"
+		}
+		if !ch.Since.IsZero() {
+			since = ch.Since.UTC().Format("2006-01-02T15:04:05Z")
+		}
+		t.AppendRow(table.Row{ch.PChannel, ch.State, serving, since, ch.Node, ch.Term, ch.VChannels, ch.LastID, tt})
 	}
 	t.Render()
 	return nil

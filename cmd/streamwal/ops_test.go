@@ -210,7 +210,34 @@ func readAll(t *testing.T, cl *client.Client, v streamwal.VChannel, n int) []*me
 	return out
 }
 
-var tableRow = regexp.MustCompile(`(?m)^\| pchan-\d+ +\| (\S+) +\| (\S*) +\| +(\d+) \| +(\d+) \| +(\d+) \| (\S+) +\|$`)
+var tableRow = regexp.MustCompile(`(?m)^\| pchan-\d+ +\| (\S+) +\| (\S+) +\| (\S+) +\| (\S*) +\| +(\d+) \| +(\d+) \| +(\d+) \| (\S+) +\|$`)
+
+// A PChannel that cannot take writes is visibly not serving: here every
+// one of them, once the only node is gone.
+func TestStatusSaysWhichPChannelsAreNotServing(t *testing.T) {
+	c := newCluster(t)
+	for _, n := range c.sys.Nodes() {
+		c.sys.StopNode(n.ID(), true)
+	}
+	var st client.Status
+	require.Eventually(t, func() bool {
+		st = client.Status{}
+		require.NoError(t, json.Unmarshal([]byte(c.mustRun(t, "", "status", "--json")), &st))
+		for _, ch := range st.Channels {
+			if ch.Serving {
+				return false
+			}
+		}
+		return len(st.Channels) == 16
+	}, 10*time.Second, 20*time.Millisecond, "status still says serving without a node")
+	out := c.mustRun(t, "", "status")
+	require.Regexp(t, `(?m)^serving: +0 of 16 PChannels; NOT SERVING \(appends to them wait\): pchan-0, pchan-1, `, out)
+	rows := tableRow.FindAllStringSubmatch(out, -1)
+	require.Len(t, rows, 16, out)
+	for _, r := range rows {
+		require.Equal(t, "no", r[2], "serving")
+	}
+}
 
 func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	c := newCluster(t)
@@ -220,18 +247,22 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	require.Regexp(t, `(?m)^coordinator: coord-\d+ \(epoch \d+, view version \d+\)$`, out)
 	require.Regexp(t, `(?m)^nodes: +node-\d+$`, out)
 	require.Regexp(t, `(?m)^cchannel: +pchan-0_vcchan$`, out)
-	require.Contains(t, out, "| PCHANNEL | STATE    | OWNER  | TERM | VCHANNELS | LAST MESSAGEID |")
+	require.Regexp(t, `(?m)^serving: +all 16 PChannels$`, out)
+	require.Contains(t, out, "| PCHANNEL | STATE    | SERVING | SINCE                | OWNER  | TERM | VCHANNELS | LAST MESSAGEID |")
 	rows := tableRow.FindAllStringSubmatch(out, -1)
 	require.Len(t, rows, 16, out)
 	vchannels := 0
 	for _, r := range rows {
 		require.Equal(t, "ASSIGNED", r[1])
-		require.NotEmpty(t, r[2], "owner")
-		require.NotEqual(t, "0", r[3], "term")
-		require.NotEqual(t, "0", r[5], "every stream has its RecoveryBarrier")
-		require.NotEqual(t, "-", r[6], "last TimeTick")
+		require.Equal(t, "yes", r[2], "serving")
+		_, err := time.Parse(time.RFC3339, r[3])
+		require.NoError(t, err, "since")
+		require.NotEmpty(t, r[4], "owner")
+		require.NotEqual(t, "0", r[5], "term")
+		require.NotEqual(t, "0", r[7], "every stream has its RecoveryBarrier")
+		require.NotEqual(t, "-", r[8], "last TimeTick")
 		n := 0
-		fmt.Sscan(r[4], &n)
+		fmt.Sscan(r[6], &n)
 		vchannels += n
 	}
 	require.Equal(t, len(vs), vchannels, "the collection's VChannels are counted")
@@ -246,6 +277,8 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	require.Len(t, st.Channels, 16)
 	for _, ch := range st.Channels {
 		require.Equal(t, wire.Assigned, ch.State, ch.PChannel)
+		require.True(t, ch.Serving, ch.PChannel)
+		require.False(t, ch.Since.IsZero(), ch.PChannel)
 		require.Contains(t, st.View.Nodes, ch.Node)
 		require.NotZero(t, ch.Term)
 		require.NotZero(t, ch.LastID)
