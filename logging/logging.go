@@ -9,18 +9,27 @@ import (
 	"os"
 
 	"github.com/rs/zerolog"
+	"golang.org/x/term"
 )
 
 // FieldComponent is the field that names the component that logged.
 const FieldComponent = "component"
 
 // New returns a logger writing to w at level. With console set, output is
-// human-readable; otherwise it is one JSON object per line.
+// human-readable (in colour only on a terminal, so that a log redirected
+// to a file or a pipe stays plain text); otherwise it is one JSON object
+// per line.
 func New(w io.Writer, level zerolog.Level, console bool) zerolog.Logger {
 	if console {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05"}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05", NoColor: !isTerminal(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger()
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // Default returns the logger of the streamwal command: human-readable on
