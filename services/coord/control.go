@@ -70,7 +70,7 @@ type control struct {
 	nodes     map[streamwal.NodeID]*member
 	channels  []*wire.Assignment
 	byName    map[string]*wire.Assignment
-	busy      map[string]bool
+	busy      map[string]context.CancelFunc // assignments under way, cancelled when their node is lost
 	alloc     wire.Collections
 	view      wire.View
 	events    chan nodeEvent
@@ -84,7 +84,7 @@ type control struct {
 func newControl(ctx context.Context, t *term) (*control, error) {
 	c := t.c
 	ctl := &control{t: t, assign: newStore(c.buckets[streamwal.BucketAssignments]), vchan: newStore(c.buckets[streamwal.BucketVChannels]),
-		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]bool{}, warned: map[string]time.Time{},
+		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]context.CancelFunc{}, warned: map[string]time.Time{},
 		events: make(chan nodeEvent, 64), results: make(chan opResult, 64), calls: make(chan func())}
 	if _, err := ctl.assign.load(ctx, streamwal.KeyView, &ctl.view); err != nil {
 		return nil, err
@@ -318,7 +318,7 @@ func (ctl *control) join(ev nodeEvent) {
 // confirmed by another session, is not served and is reassigned.
 func (ctl *control) verify(id streamwal.NodeID, m *member, live bool) {
 	for _, a := range ctl.channels {
-		if a.Node != string(id) || a.State != wire.Assigned || ctl.busy[a.PChannel] {
+		if a.Node != string(id) || a.State != wire.Assigned || ctl.busy[a.PChannel] != nil {
 			continue
 		}
 		term, listed := m.serving[a.PChannel]
@@ -365,7 +365,7 @@ func (ctl *control) checkHealth() {
 		if unserved <= limit {
 			continue
 		}
-		if a.State == wire.Assigned && !ctl.busy[a.PChannel] {
+		if a.State == wire.Assigned && ctl.busy[a.PChannel] == nil {
 			ctl.reopen(a, "its owner did not confirm it within the open timeout")
 		}
 		if w, ok := ctl.warned[a.PChannel]; !ok || time.Since(w) > limit {
@@ -377,13 +377,20 @@ func (ctl *control) checkHealth() {
 	}
 }
 
-// lose removes a node and makes its PChannels UNAVAILABLE.
+// lose removes a node and makes its PChannels UNAVAILABLE; opens under
+// way on it are cancelled (their results then fail), so that a node lost
+// during a long replay does not hold its PChannels for the open timeout.
 func (ctl *control) lose(id streamwal.NodeID) {
 	delete(ctl.nodes, id)
 	for _, a := range ctl.channels {
-		if a.Node == string(id) && !ctl.busy[a.PChannel] {
-			ctl.setState(a, "", wire.Unavailable)
+		if a.Node != string(id) {
+			continue
 		}
+		if cancel := ctl.busy[a.PChannel]; cancel != nil {
+			cancel()
+			continue
+		}
+		ctl.setState(a, "", wire.Unavailable)
 	}
 	ctl.rebalance = true
 	ctl.save(nil)
@@ -455,7 +462,7 @@ func (ctl *control) schedule() {
 	ctl.rebalance = false
 	for _, mv := range ctl.t.c.cfg.Policy.Plan(nodes, chans) {
 		name := mv.PChannel.String()
-		if ctl.busy[name] || mv.From != "" && !rebalance {
+		if ctl.busy[name] != nil || mv.From != "" && !rebalance {
 			continue
 		}
 		ctl.start(ctl.byName[name], mv.From, mv.To)
@@ -471,13 +478,15 @@ func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
 	if ctl.t.isDeposed() {
 		return
 	}
-	ctl.busy[a.PChannel] = true
+	ctx, cancel := context.WithCancel(ctl.t.ctx)
+	ctl.busy[a.PChannel] = cancel
 	ctl.t.log.Info().Str("pchannel", a.PChannel).Str("from", string(from)).Str("to", string(to)).Uint64("term", a.Term).Msg("assign")
 	req := wire.OpenRequest{PChannel: a.PChannel, Term: a.Term, Timeout: ctl.t.c.cfg.OpenTimeout}
 	ctl.t.wg.Add(1)
 	go func() {
 		defer ctl.t.wg.Done()
-		r := ctl.assignOn(from, to, oldTerm, req)
+		defer cancel()
+		r := ctl.assignOn(ctx, from, to, oldTerm, req)
 		select {
 		case ctl.results <- r:
 		case <-ctl.t.ctx.Done():
@@ -487,18 +496,18 @@ func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
 
 // assignOn closes the WAL on the old owner (if it is still alive; its
 // barrier fences it anyway) and opens it on the new one.
-func (ctl *control) assignOn(from, to streamwal.NodeID, oldTerm uint64, req wire.OpenRequest) opResult {
+func (ctl *control) assignOn(ctx context.Context, from, to streamwal.NodeID, oldTerm uint64, req wire.OpenRequest) opResult {
 	cfg := ctl.t.c.cfg
 	nc := cfg.Conn
 	if from != "" {
-		ctx, cancel := context.WithTimeout(ctl.t.ctx, 3*time.Second)
-		err := wire.Call(ctx, nc, cfg.Cluster.NodeSubject(from, streamwal.NodeClose), wire.CloseRequest{PChannel: req.PChannel, Term: oldTerm}, nil)
+		closeCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		err := wire.Call(closeCtx, nc, cfg.Cluster.NodeSubject(from, streamwal.NodeClose), wire.CloseRequest{PChannel: req.PChannel, Term: oldTerm}, nil)
 		cancel()
 		if err != nil {
 			ctl.t.log.Debug().Err(err).Str("pchannel", req.PChannel).Msg("close on the old owner")
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctl.t.ctx, cfg.OpenTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cfg.OpenTimeout)
 	defer cancel()
 	r := opResult{pchannel: req.PChannel, node: string(to), term: req.Term}
 	r.err = wire.Call(ctx, nc, cfg.Cluster.NodeSubject(to, streamwal.NodeOpen), req, &r.reply)
@@ -508,6 +517,9 @@ func (ctl *control) assignOn(from, to streamwal.NodeID, oldTerm uint64, req wire
 // onResult completes an assignment: the PChannel is ASSIGNED and served
 // once the owner's current session confirmed it.
 func (ctl *control) onResult(r opResult) {
+	if cancel := ctl.busy[r.pchannel]; cancel != nil {
+		cancel()
+	}
 	delete(ctl.busy, r.pchannel)
 	a := ctl.byName[r.pchannel]
 	if a == nil || a.Term != r.term || a.Node != r.node {
