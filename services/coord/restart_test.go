@@ -2,9 +2,12 @@ package coord
 
 import (
 	"context"
+	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
@@ -189,4 +192,64 @@ func TestReclaimLeaseLeavesAnotherIDsLease(t *testing.T) {
 	require.Equal(t, "coord-1", string(after.Value()))
 	_, active := other.Active()
 	require.False(t, active)
+}
+
+// stallingNode registers and heartbeats in session but never answers an
+// open, as a node stuck in a long replay; stop ends its heartbeats.
+func (e *env) stallingNode(id streamwal.NodeID, session string) (stop func()) {
+	t := e.t
+	opens, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeOpen), func(*nats.Msg) {})
+	require.NoError(t, err)
+	rec, err := json.Marshal(wire.NodeRecord{Node: string(id), Session: session})
+	require.NoError(t, err)
+	nodes := e.kv(streamwal.BucketNodes)
+	done, quit := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(testNodeTTL / 4)
+		defer tick.Stop()
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, _ = nodes.Put(ctx, streamwal.NodeKey(id), rec)
+			cancel()
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(quit)
+			<-done
+			_ = opens.Unsubscribe()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// A node restarted while an open to its previous incarnation is under
+// way (stuck in a long replay) gets its PChannels at once: the lost
+// incarnation's opens are cancelled instead of holding the PChannels for
+// the open timeout (here a minute, far beyond the test's deadline).
+func TestLosingANodeCancelsItsOpens(t *testing.T) {
+	e := newEnv(t)
+	c := e.start("a", func(c *Config) { c.OpenTimeout = time.Minute })
+	e.waitActive(5*time.Second, c)
+	stop := e.stallingNode("n1", "s1")
+	require.Eventually(t, func() bool {
+		for _, ch := range e.status().Channels {
+			if ch.State != wire.Assigning {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, poll)
+	stop()
+	again := e.nodeSession("n1", "s2")
+	e.waitServing("n1", 2)
+	require.Empty(t, again.problemsOf())
 }
