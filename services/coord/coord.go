@@ -34,6 +34,34 @@
 // the WAL on the old node before the new node opens it (the barrier fences
 // the old node even if it did not hear). Every change is published in the
 // versioned view (KeyView), which clients and operators can watch.
+//
+// # What counts as served
+//
+// The coordinator's records say what it assigned; only the nodes can say
+// what they serve. Every start of a node is a new session, and every
+// heartbeat lists the PChannels the node serves with their terms, under a
+// version that grows with each change of that set; an open's reply names
+// the session and the version that first lists the PChannel. A PChannel
+// is served (View: Serving, Since) only while its owner's current session
+// confirms it under the current term: its open reply, then every live
+// heartbeat. So:
+//   - a node that registers in a session the coordinator has not seen is
+//     a new incarnation: every PChannel recorded for its ID is reopened
+//     under a new term (stable node IDs across restarts are the normal
+//     case);
+//   - a coordinator that takes over, a standby or one starting on the
+//     persisted state of a whole cluster's restart, seeds each owner with
+//     the session that confirmed its PChannels and counts none of them as
+//     served until a live heartbeat confirms it; the values its watch of
+//     the nodes bucket finds at start (perhaps a dead node's last word)
+//     never confirm anything;
+//   - a heartbeat at least as new as a PChannel's confirmation that does
+//     not list it (the WAL was fenced or failed) reassigns it, and so does
+//     an owner that does not confirm it within the open timeout;
+//   - losing a node cancels the opens under way on it.
+//
+// With Config.ReclaimLease, a coordinator that can prove its previous
+// incarnation is gone takes over the lease that incarnation left at once.
 package coord
 
 import (

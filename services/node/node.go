@@ -11,6 +11,12 @@
 // finishes those in flight, closes its WALs within a bounded time and
 // says goodbye (deletes its registration), so the coordinator reassigns
 // its PChannels without waiting for its heartbeat to lapse.
+//
+// Every start is a new session. Each heartbeat (every Heartbeat, and at
+// once when the set changes) lists what the node serves, with terms, under
+// a version of that set; an open's reply carries the session and version.
+// That is what the coordinator and `streamwal status` take as served, and
+// what an operator reads with `nats kv get wal_<c>_nodes node.<id>`.
 package node
 
 import (
