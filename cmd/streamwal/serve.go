@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -13,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/services/coord"
+	"github.com/streamwal/streamwal/services/wire"
 )
 
 // serveFlags are the flags of `streamwal serve`.
@@ -26,20 +29,34 @@ type serveFlags struct {
 	logLevel   string
 }
 
+// serveHelp is the long help of `streamwal serve`.
+const serveHelp = "Run an embedded nats-server with JetStream file storage in --data-dir,\n" +
+	"listening on --host:--port, fsyncing before every acknowledgement unless\n" +
+	"--sync-always=false, with a coordinator and a node serving a cluster of\n" +
+	"--pchannels PChannels. Ctrl-C (or SIGTERM) shuts down gracefully.\n\n" +
+	"One data directory, one server: serve holds an exclusive lock (flock) on\n" +
+	"<data-dir>/" + lockFileName + " while it runs, and a second serve on a directory\n" +
+	"in use is refused at once, before anything is written. The kernel releases\n" +
+	"the lock when the process ends in any way (SIGKILL and crashes included), so\n" +
+	"a lock file left behind never blocks a restart; and since holding the lock\n" +
+	"proves that the previous serve on the directory is gone, a restarted serve\n" +
+	"takes over that one's coordinator lease at once instead of waiting it out.\n\n" +
+	"A serve that fails to start (a port in use, say) removes what it created:\n" +
+	"the data directory if it did not exist, or else the entries it added to it.\n" +
+	"A directory that existed and its data are never removed."
+
+// newServeCmd is `streamwal serve`.
 func newServeCmd() *cobra.Command {
 	f := &serveFlags{}
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run streamwal (coordinator and node) on an embedded NATS server",
-		Long: "Run an embedded nats-server with JetStream file storage in --data-dir,\n" +
-			"listening on --host:--port, fsyncing before every acknowledgement unless\n" +
-			"--sync-always=false, with a coordinator and a node serving a cluster of\n" +
-			"--pchannels PChannels. Ctrl-C shuts down gracefully.",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
+		Long:  serveHelp,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runServe(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.dataDir, "data-dir", "streamwal-data", "directory of the JetStream file storage")
+	fl.StringVar(&f.dataDir, "data-dir", "streamwal-data", "directory of the JetStream file storage (one serve at a time)")
 	fl.StringVar(&f.host, "host", embedded.DefaultHost, "address to listen on")
 	fl.IntVar(&f.port, "port", 4222, "client port (0 picks a free one)")
 	fl.BoolVar(&f.syncAlways, "sync-always", true, "fsync before acknowledging a write")
@@ -49,51 +66,108 @@ func newServeCmd() *cobra.Command {
 	return cmd
 }
 
-func runServe(cmd *cobra.Command, f *serveFlags) error {
+// serveConfig is what serve's flags parse to.
+type serveConfig struct {
+	cluster streamwal.Cluster
+	level   zerolog.Level
+}
+
+// parse checks the flags that need no data directory.
+func (f *serveFlags) parse() (serveConfig, error) {
 	cluster, err := streamwal.ParseCluster(f.cluster)
 	if err != nil {
-		return err
+		return serveConfig{}, fmt.Errorf("--cluster: %w", err)
 	}
 	level, err := logging.ParseLevel(f.logLevel)
 	if err != nil {
-		return fmt.Errorf("--log-level: %w", err)
+		return serveConfig{}, fmt.Errorf("--log-level: %w", err)
 	}
 	if f.pchannels <= 0 {
-		return fmt.Errorf("--pchannels must be positive, got %d", f.pchannels)
+		return serveConfig{}, fmt.Errorf("--pchannels must be positive, got %d", f.pchannels)
 	}
-	log := logging.New(cmd.ErrOrStderr(), level, true)
+	return serveConfig{cluster: cluster, level: level}, nil
+}
+
+// runServe locks the data directory, starts the server and the system on
+// it, and serves until the command's context ends. A start that fails
+// undoes what it did to the data directory.
+func runServe(cmd *cobra.Command, f *serveFlags) error {
+	cfg, err := f.parse()
+	if err != nil {
+		return err
+	}
+	dir, err := openDataDir(f.dataDir)
+	if err != nil {
+		return err
+	}
+	s, err := startServing(cmd, f, cfg, dir.locked)
+	if err != nil {
+		if aerr := dir.abandon(); aerr != nil {
+			return errors.Join(err, aerr)
+		}
+		return err
+	}
+	s.printBanner(cmd.OutOrStdout(), f)
+	<-cmd.Context().Done()
+	fmt.Fprintln(cmd.OutOrStdout(), "shutting down")
+	s.close()
+	return dir.release()
+}
+
+// serving is a started server and system.
+type serving struct {
+	cluster streamwal.Cluster
+	srv     *embedded.Server
+	sys     *system.System
+	view    wire.View
+}
+
+// startServing starts the embedded server and the system and waits until
+// every PChannel is served; on an error it stops what it started. reclaim
+// says that the data directory's lock is held, so that the coordinator may
+// take over its own previous incarnation's lease at once.
+func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bool) (*serving, error) {
+	log := logging.New(cmd.ErrOrStderr(), cfg.level, true)
 	srv, err := embedded.Start(embedded.Options{
 		StoreDir: f.dataDir, Host: f.host, Port: f.port, SyncAlways: f.syncAlways,
 		// nats-server's notices are for its own operators: keep them at warn
 		// unless debugging.
-		Logger: logging.Component(log, "nats-server").Level(natsLevel(level)),
+		Logger: logging.Component(log, "nats-server").Level(natsLevel(cfg.level)),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer srv.Shutdown()
+	s := &serving{cluster: cfg.cluster, srv: srv}
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
-	sys, err := system.Start(ctx, system.Options{Cluster: cluster, Server: srv, Logger: log,
-		Coord: coord.Config{PChannels: f.pchannels}})
+	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log,
+		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim}})
 	if err != nil {
-		return err
+		srv.Shutdown()
+		return nil, fmt.Errorf("start streamwal: %w", err)
 	}
-	defer sys.Close()
-	view, err := sys.WaitServing(ctx, false)
-	if err != nil {
-		return err
+	if s.view, err = s.sys.WaitServing(ctx, false); err != nil {
+		s.close()
+		return nil, err
 	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "streamwal cluster %q serving on an embedded NATS server\n", cluster)
-	fmt.Fprintf(out, "  url:         %s\n", srv.ClientURL())
+	return s, nil
+}
+
+// printBanner says where the cluster serves.
+func (s *serving) printBanner(out io.Writer, f *serveFlags) {
+	url := s.srv.ClientURL()
+	fmt.Fprintf(out, "streamwal cluster %q serving on an embedded NATS server\n", s.cluster)
+	fmt.Fprintf(out, "  url:         %s\n", url)
 	fmt.Fprintf(out, "  data dir:    %s (fsync before ack: %v)\n", f.dataDir, f.syncAlways)
-	fmt.Fprintf(out, "  pchannels:   %d, control channel %s\n", len(view.Channels), view.CChannel)
-	fmt.Fprintf(out, "  inspect:     nats --server %s stream ls\n", srv.ClientURL())
+	fmt.Fprintf(out, "  pchannels:   %d, control channel %s\n", len(s.view.Channels), s.view.CChannel)
+	fmt.Fprintf(out, "  inspect:     nats --server %s stream ls\n", url)
 	fmt.Fprintln(out, "Press Ctrl-C to stop.")
-	<-cmd.Context().Done()
-	fmt.Fprintln(out, "shutting down")
-	return nil
+}
+
+// close stops the system, then the server.
+func (s *serving) close() {
+	s.sys.Close()
+	s.srv.Shutdown()
 }
 
 // natsLevel is the level of nats-server's own logs: warnings and above,
