@@ -262,8 +262,14 @@ func createCollection(t testing.TB, url string, id int64) []string {
 // serveAndWait starts serve on dir and waits until it prints its URL.
 func serveAndWait(t testing.TB, dir string, args ...string) (*serveProc, string) {
 	t.Helper()
+	return serveAndWaitWithin(t, serveTimeout, dir, args...)
+}
+
+// serveAndWaitWithin is serveAndWait with a bound of its own.
+func serveAndWaitWithin(t testing.TB, timeout time.Duration, dir string, args ...string) (*serveProc, string) {
+	t.Helper()
 	p := startServe(t, dir, args...)
-	return p, p.waitURL(serveTimeout)
+	return p, p.waitURL(timeout)
 }
 
 // requireStaleLock checks that a killed serve left its lock file, naming

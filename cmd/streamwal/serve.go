@@ -122,8 +122,9 @@ type serving struct {
 	view    wire.View
 }
 
-// startServing starts the embedded server and the system and waits until
-// every PChannel is served; on an error it stops what it started. reclaim
+// startServing starts the embedded server and the system (within a
+// minute) and waits until every PChannel is served (until the command's
+// context ends); on an error it stops what it started. reclaim
 // says that the data directory's lock is held, so that the coordinator may
 // take over its own previous incarnation's lease at once.
 func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bool) (*serving, error) {
@@ -146,8 +147,13 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 		srv.Shutdown()
 		return nil, fmt.Errorf("start streamwal: %w", err)
 	}
-	if s.view, err = s.sys.WaitServing(ctx, false); err != nil {
+	// Opening a PChannel replays its log, which takes as long as the log
+	// is long: wait for every PChannel until told to stop, not a minute.
+	if s.view, err = s.sys.WaitServing(cmd.Context(), false); err != nil {
 		s.close()
+		if cerr := cmd.Context().Err(); cerr != nil {
+			return nil, fmt.Errorf("stopped before every PChannel was served: %w", cerr)
+		}
 		return nil, err
 	}
 	return s, nil

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// BenchmarkRestartToWritable measures how long a restarted `streamwal
+// serve` takes to become writable on a log of 10,000, 100,000 and
+// 1,000,000 messages (all on one PChannel, whose owner replays it when it
+// opens it): per size, a data directory is preloaded once (through the
+// client, many appends in flight, --sync-always=false), and then, per
+// signal, each iteration starts serve on it (fsync on, as by default) and
+// times process start to the first acknowledged append, after the
+// previous incarnation was stopped with that signal. It reports the mean
+// ("ms/restart", "ms/serving": until serve printed its URL) and the
+// slowest ("max-ms/restart"); ns/op is the whole cycle, stop included.
+// Run it with a fixed count of restarts, for example:
+//
+//	go test -run '^$' -bench BenchmarkRestartToWritable -benchtime 5x ./cmd/streamwal/
+func BenchmarkRestartToWritable(b *testing.B) {
+	for _, n := range []int{10_000, 100_000, 1_000_000} {
+		b.Run(fmt.Sprintf("log=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			preloadLog(b, dir, n)
+			for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+				b.Run(signalName[sig], func(b *testing.B) { benchRestarts(b, dir, sig) })
+			}
+		})
+	}
+}
+
+// benchServeTimeout bounds a restart in the benchmark: the replay of a
+// long log takes a while.
+const benchServeTimeout = 3 * time.Minute
+
+// benchRestarts restarts serve on dir b.N times, each after a stop with
+// sig, and reports the times to serving and to the first acknowledged
+// append.
+func benchRestarts(b *testing.B, dir string, sig syscall.Signal) {
+	l := newLedger(b, restartVChannel)
+	p, _ := serveAndWaitWithin(b, benchServeTimeout, dir, "--log-level", "warn")
+	p.stop(sig)
+	var writable, serving, slowest time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		p, url := serveAndWaitWithin(b, benchServeTimeout, dir, "--log-level", "warn")
+		serving += time.Since(p.started)
+		c := connect(b, url)
+		_, at := l.appendUntilAcked(b, c, fmt.Sprintf("bench-%d", i))
+		d := at.Sub(p.started)
+		writable += d
+		slowest = max(slowest, d)
+		p.stop(sig)
+		closeLater(b, c)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(writable.Milliseconds())/float64(b.N), "ms/restart")
+	b.ReportMetric(float64(serving.Milliseconds())/float64(b.N), "ms/serving")
+	b.ReportMetric(float64(slowest.Milliseconds()), "max-ms/restart")
+}
+
+// preloadBatch and preloadDepth shape the preload: messages an append
+// call, calls in flight.
+const (
+	preloadBatch = 1000
+	preloadDepth = 16
+)
+
+// preloadLog serves dir without fsync, creates collection 1 and appends n
+// messages of 100 bytes to its VChannel, then stops serve cleanly.
+func preloadLog(b *testing.B, dir string, n int) {
+	b.Helper()
+	start := time.Now()
+	p, url := serveAndWait(b, dir, "--sync-always=false", "--log-level", "warn")
+	createCollection(b, url, 1)
+	c := connect(b, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var inFlight []*client.AppendFuture
+	for sent := 0; sent < n; sent += preloadBatch {
+		if len(inFlight) == preloadDepth {
+			waitAppend(b, inFlight[0])
+			inFlight = inFlight[1:]
+		}
+		inFlight = append(inFlight, c.AppendAsync(ctx, preloadMessages(b, c, sent, min(preloadBatch, n-sent))...))
+	}
+	for _, f := range inFlight {
+		waitAppend(b, f)
+	}
+	_ = c.Close()
+	p.stop(syscall.SIGTERM)
+	b.Logf("preloaded %d messages in %s", n, time.Since(start).Round(time.Millisecond))
+}
+
+// preloadMessages builds count inserts for the preload, numbered from first.
+func preloadMessages(b *testing.B, c *client.Client, first, count int) []*messages.MutableMessage {
+	v := newLedger(b, restartVChannel).v
+	msgs := make([]*messages.MutableMessage, count)
+	for i := range msgs {
+		payload := bytes.Repeat([]byte("x"), 100)
+		copy(payload, fmt.Sprintf("pre-%09d", first+i))
+		m, err := c.Codec().New(messages.TypeInsert, v, payload)
+		if err != nil {
+			b.Fatalf("build message: %v", err)
+		}
+		msgs[i] = m
+	}
+	return msgs
+}
+
+// waitAppend waits for a preload append, which must succeed.
+func waitAppend(b *testing.B, f *client.AppendFuture) {
+	b.Helper()
+	if _, err := f.Wait(); err != nil {
+		b.Fatalf("preload append: %v", err)
+	}
+}
