@@ -355,20 +355,18 @@ func (ctl *control) checkHealth() {
 			ctl.lose(id)
 		}
 	}
-	limit := ctl.t.c.cfg.OpenTimeout
+	timeout := ctl.t.c.cfg.OpenTimeout
+	warnAfter := min(timeout, unservedWarning)
 	for _, a := range ctl.channels {
 		if a.Serving {
 			delete(ctl.warned, a.PChannel)
 			continue
 		}
 		unserved := time.Since(a.Since)
-		if unserved <= limit {
-			continue
-		}
-		if a.State == wire.Assigned && ctl.busy[a.PChannel] == nil {
+		if a.State == wire.Assigned && ctl.busy[a.PChannel] == nil && unserved > timeout {
 			ctl.reopen(a, "its owner did not confirm it within the open timeout")
 		}
-		if w, ok := ctl.warned[a.PChannel]; !ok || time.Since(w) > limit {
+		if w, ok := ctl.warned[a.PChannel]; unserved > warnAfter && (!ok || time.Since(w) > warnAfter) {
 			ctl.warned[a.PChannel] = time.Now()
 			ctl.t.log.Warn().Str("pchannel", a.PChannel).Str("state", string(a.State)).Str("node", a.Node).
 				Uint64("term", a.Term).Dur("unserved_for", unserved.Round(time.Millisecond)).Int("nodes", len(ctl.nodes)).

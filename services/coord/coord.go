@@ -88,7 +88,11 @@ const (
 	DefaultLeaseTTL        = 3 * time.Second
 	DefaultNodeTTL         = time.Second
 	DefaultBalanceInterval = time.Minute
-	DefaultOpenTimeout     = 10 * time.Second
+	DefaultOpenTimeout     = 2 * time.Minute
+	// unservedWarning is how long a PChannel may go unserved before the
+	// coordinator warns of it (and again every as long), or the open
+	// timeout if that is shorter.
+	unservedWarning = 10 * time.Second
 )
 
 // Config configures a coordinator.
@@ -112,7 +116,15 @@ type Config struct {
 	NodeTTL time.Duration
 	// BalanceInterval is the period of the balance timer (default 1 min).
 	BalanceInterval time.Duration
-	// OpenTimeout bounds a node's opening of a WAL (default 10 s).
+	// OpenTimeout bounds a node's opening of a WAL (default 2 min): an
+	// open replays the PChannel's log from its first message (about 20 s
+	// a million messages on 2 cores, measured by BenchmarkRestartToWritable
+	// in cmd/streamwal), and an open cut short is started over under a new
+	// term, so a timeout below the replay's time leaves the PChannel
+	// unserved for good. An open on a node that is lost is cancelled at
+	// once whatever the timeout, and a PChannel unserved for 10 s (or the
+	// open timeout if shorter) is logged as a warning every as long until
+	// it serves.
 	OpenTimeout time.Duration
 	// Registry holds the application's message types (default: the
 	// built-ins only).
