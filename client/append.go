@@ -2,12 +2,8 @@ package client
 
 import (
 	"context"
-	"errors"
-	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
 	"go.opentelemetry.io/otel/attribute"
 
@@ -30,6 +26,12 @@ type AppendResult struct {
 // Append appends msgs, each to its VChannel (or PChannel), and returns
 // where each landed, in order. Messages without a message ID get one.
 // Messages of a transaction go through a Txn instead.
+//
+// The messages of the call land in the order given on each VChannel,
+// whatever their number and size and whatever the retries; other calls'
+// messages may land between them, and separate calls are not ordered
+// among themselves (see Order in the package doc). If the call fails,
+// what it stored is in call order too.
 func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]AppendResult, error) {
 	ctx, span := c.tracer.Start(ctx, "wal.dist_append")
 	defer span.End()
@@ -45,8 +47,9 @@ type AppendFuture struct {
 
 // AppendAsync starts an append and returns at once, so that one caller
 // can keep many appends in flight; Wait returns what Append would. The
-// messages of one call are ordered as in Append; separate calls are not
-// ordered among themselves.
+// messages of one call land in the order given on each VChannel, as in
+// Append; separate calls are not ordered among themselves, even when one
+// starts after the other.
 func (c *Client) AppendAsync(ctx context.Context, msgs ...*messages.MutableMessage) *AppendFuture {
 	f := &AppendFuture{entries: make([]*entry, len(msgs))}
 	for i, m := range msgs {
@@ -149,22 +152,46 @@ func collect(entries []*entry) ([]AppendResult, error) {
 
 // entry is one message on its way.
 type entry struct {
-	ctx     context.Context
-	m       *messages.MutableMessage
-	wm      wire.Message
-	size    int  // wireSize of wm
-	retry   bool // retried on retriable errors (it has a message ID)
-	sent    bool // went out at least once
-	backoff *backoff.ExponentialBackOff
-	done    chan struct{}
-	res     AppendResult
-	err     error
+	ctx   context.Context
+	m     *messages.MutableMessage
+	wm    wire.Message
+	size  int  // wireSize of wm
+	retry bool // retried on retriable errors (it has a message ID)
+	sent  bool // went out at least once
+	run   *run // the part of its call that goes to its PChannel
+	// before is where a later entry of its run landed while this one was
+	// refused (0: none); landing above it breaks the call's order.
+	before messages.MessageID
+	done   chan struct{}
+	res    AppendResult
+	err    error
 }
 
 // finish resolves an entry.
 func (e *entry) finish(res AppendResult, err error) {
 	e.res, e.err = res, err
 	close(e.done)
+}
+
+// land resolves an entry that landed at res, unless it landed above a
+// later entry of its call: then the call's order is broken, and the caller
+// hears it.
+func (e *entry) land(res AppendResult) {
+	if e.before != 0 && res.ID > e.before {
+		e.finish(AppendResult{}, streamwal.Errorf(streamwal.CodeInternal,
+			"%s landed at %d, above %d where a later message of its call landed while the node refused this one: the call's order is broken",
+			e.m.MsgID(), res.ID, e.before))
+		return
+	}
+	e.finish(res, nil)
+}
+
+// bound records that a later entry of e's run landed at id while e was
+// refused.
+func (e *entry) bound(id messages.MessageID) {
+	if id != 0 && (e.before == 0 || id < e.before) {
+		e.before = id
+	}
 }
 
 // expired resolves an entry whose caller gave up.
@@ -176,213 +203,10 @@ func (e *entry) expired() {
 	e.finish(AppendResult{}, err)
 }
 
-// enqueue hands entries to their PChannels' batchers; the entries of one
-// PChannel are queued together, so that they go out in order, in one
-// request when they fit.
-func (c *Client) enqueue(entries ...*entry) error {
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return errClosed()
-	}
-	groups := map[*batcher][]*entry{}
-	var order []*batcher
-	for _, e := range entries {
-		b := c.batchers[e.m.PChannel()]
-		if b == nil {
-			b = &batcher{c: c, p: e.m.PChannel()}
-			c.batchers[e.m.PChannel()] = b
-		}
-		if groups[b] == nil {
-			order = append(order, b)
-		}
-		groups[b] = append(groups[b], e)
-	}
-	c.mu.Unlock()
-	for _, b := range order {
-		b.enqueue(groups[b]...)
-	}
-	return nil
-}
-
-// batcher coalesces the appends of one PChannel into requests. While a
-// request is in flight, queued appends linger (up to the client's linger)
-// for company, so that a burst of appends released by one reply goes out
-// as one request instead of a first request of one message and a second
-// of the rest.
-type batcher struct {
-	c        *Client
-	p        streamwal.PChannel
-	mu       sync.Mutex
-	queue    []*entry
-	weight   int // of the queue, in wireSize bytes
-	inflight int
-	linger   *time.Timer // armed while queued appends linger
-	due      bool        // the linger ran out: send what is queued
-	closed   bool
-}
-
-// enqueue queues entries and sends what can go.
-func (b *batcher) enqueue(entries ...*entry) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		for _, e := range entries {
-			e.finish(AppendResult{}, errClosed())
-		}
-		return
-	}
-	b.queue = append(b.queue, entries...)
-	for _, e := range entries {
-		b.weight += e.size
-	}
-	b.kickLocked()
-}
-
-// kickLocked sends queued entries while fewer than maxInFlight requests
-// are out and the queue may go: nothing is in flight, a batch is full, or
-// the linger ran out.
-func (b *batcher) kickLocked() {
-	o, budget := b.c.opts, b.c.requestBudget()
-	for b.inflight < o.maxInFlight && len(b.queue) > 0 {
-		full := len(b.queue) >= o.maxBatch || b.weight >= budget
-		if b.inflight > 0 && !full && o.linger > 0 && !b.due {
-			if b.linger == nil {
-				b.linger = time.AfterFunc(o.linger, b.lingered)
-			}
-			return
-		}
-		b.due = false
-		if b.linger != nil {
-			b.linger.Stop()
-			b.linger = nil
-		}
-		batch := b.take(o.maxBatch, budget)
-		if len(batch) == 0 {
-			return
-		}
-		b.inflight++
-		b.c.wg.Add(1)
-		go b.send(batch)
-	}
-}
-
-// lingered sends what waited for company.
-func (b *batcher) lingered() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.linger = nil
-	if b.closed {
-		return
-	}
-	b.due = true
-	b.kickLocked()
-}
-
-// take removes from the head of the queue up to n live entries weighing
-// at most budget bytes together (at least one), resolving those whose
-// callers gave up.
-func (b *batcher) take(n, budget int) []*entry {
-	var batch []*entry
-	for len(b.queue) > 0 && len(batch) < n {
-		e := b.queue[0]
-		if e.ctx.Err() != nil {
-			b.queue = b.queue[1:]
-			b.weight -= e.size
-			e.expired()
-			continue
-		}
-		if len(batch) > 0 && e.size > budget {
-			break
-		}
-		b.queue = b.queue[1:]
-		b.weight -= e.size
-		budget -= e.size
-		batch = append(batch, e)
-	}
-	return batch
-}
-
-// send makes one request (or one local call) and settles its entries.
-func (b *batcher) send(batch []*entry) {
-	defer b.c.wg.Done()
-	results, err := b.c.deliver(b.p, batch)
-	for i, e := range batch {
-		e.sent = true
-		r := err
-		if r == nil {
-			r = results[i].Error.Err()
-		}
-		if r == nil {
-			e.finish(resultOf(results[i]), nil)
-			continue
-		}
-		b.retry(e, r)
-	}
-	b.mu.Lock()
-	b.inflight--
-	b.kickLocked()
-	b.mu.Unlock()
-}
-
-// retry requeues e after a backoff if its error is worth a retry, or
-// resolves it with the error.
-func (b *batcher) retry(e *entry, err error) {
-	if !e.retry {
-		e.finish(AppendResult{}, once(err))
-		return
-	}
-	if !streamwal.IsRetriableWithID(err) {
-		e.finish(AppendResult{}, err)
-		return
-	}
-	if e.backoff == nil {
-		e.backoff = backoff.NewExponentialBackOff()
-		e.backoff.InitialInterval = 10 * time.Millisecond
-		e.backoff.MaxInterval = b.c.opts.retryMax
-	}
-	delay := e.backoff.NextBackOff()
-	b.c.opts.logger.Debug().Err(err).Str("pchannel", b.p.String()).Dur("backoff", delay).Msg("append retried")
-	b.c.wg.Add(1)
-	go func() {
-		defer b.c.wg.Done()
-		if sleep(e.ctx, delay) != nil {
-			e.expired()
-			return
-		}
-		b.enqueue(e)
-	}()
-}
-
-// once is the error of an append that is not retried: a request that
-// reached nobody (no responders) wrote nothing and stays retriable, but
-// one that timed out may have landed, which only UnknownOutcome says.
-func once(err error) error {
-	if streamwal.CodeOf(err) == streamwal.CodeUnavailable && !errors.Is(err, nats.ErrNoResponders) {
-		return streamwal.Errorf(streamwal.CodeUnknownOutcome, "no answer: %w", err)
-	}
-	return err
-}
-
-// close fails what is queued; what is in flight completes.
-func (b *batcher) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	if b.linger != nil {
-		b.linger.Stop()
-		b.linger = nil
-	}
-	for _, e := range b.queue {
-		e.finish(AppendResult{}, errClosed())
-	}
-	b.queue, b.weight = nil, 0
-}
-
-// deliver appends a batch to p: directly to a WAL served in this process,
-// or as one request on p's append subject.
-func (c *Client) deliver(p streamwal.PChannel, batch []*entry) ([]wire.AppendResult, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout)
+// deliver appends a batch to p within timeout: directly to a WAL served
+// in this process, or as one request on p's append subject.
+func (c *Client) deliver(p streamwal.PChannel, batch []*entry, timeout time.Duration) ([]wire.AppendResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if c.opts.local {
 		if w, ok := node.Local(c.opts.cluster, p); ok {

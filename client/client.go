@@ -16,13 +16,45 @@
 // the node group-commits what waits into atomic batches of up to 1000
 // messages, whose fixed cost on the server is several milliseconds.
 //
-// The messages of one Append call to one PChannel land in order when they
-// fit in one request; concurrent calls are not ordered among themselves. Every message gets a
-// client-generated message ID on its first attempt, so a retry of one that
-// did land returns the stored message instead of writing it twice; errors
-// that say the owner is moving, unreachable or was replaced are retried
-// with exponential backoff until the caller's context ends. What is left
+// # Order
+//
+// The messages of one Append (or AppendAsync) call land in the order
+// given on each VChannel (indeed on each PChannel), whatever their
+// number and size and whatever the retries: messages of other calls may
+// land between them, and separate calls are not ordered among
+// themselves. A call's part for one PChannel goes out in chunks of at
+// most one request each, and a chunk goes out only once every message of
+// the one before it was acknowledged, since the node serves concurrent
+// requests concurrently; chunks of different calls coalesce into the
+// same requests, and several requests are in flight per PChannel. When a
+// call fails, what it stored is still in call order, and nothing of it
+// goes out after a message that failed for good; a message that carries
+// the ID of one stored before it keeps that one's place.
+//
+// # Retries
+//
+// Every message gets a client-generated message ID on its first attempt,
+// so a retry of one that did land returns the stored message instead of
+// writing it twice. Errors that say the owner is moving, unreachable or
+// was replaced are retried until the caller's context ends, by request,
+// not by message: the messages of a request that are worth a retry go
+// back, in order, to the head of their PChannel's queue, ahead of what
+// came since, and the PChannel sends nothing for one exponential backoff
+// (WithRetryMaxInterval caps it; it starts over once a request lands
+// whole). A request to a PChannel that times out doubles the timeout of
+// the next ones, up to 4 times WithTimeout, until a request leaves
+// nothing to retry: the node is most likely still at work on it, and a
+// copy with the same deadline would only add to that work. What is left
 // comes back as a typed error (errors.Is with the streamwal sentinels).
+//
+// The node refuses each message of a request on its own: if it refuses a
+// message and stores a later one of the same call, a retry of the first
+// lands above the second, unless an earlier attempt of it (still in
+// flight on the node when it was refused) stored it below. A call whose
+// retried message lands above a later one of it fails with
+// streamwal.ErrInternal, its messages stored, rather than report success
+// for messages out of order; the client sees this only in the answers it
+// gets, not in a request that timed out.
 //
 // Messages of a transaction carry no message ID and are never retried: a
 // body that may not have landed ends its transaction, and the caller
@@ -90,7 +122,9 @@ func WithCluster(c streamwal.Cluster) Option { return func(o *options) { o.clust
 func WithRegistry(r *messages.Registry) Option { return func(o *options) { o.registry = r } }
 
 // WithTimeout bounds one request to a node or the coordinator (default
-// 5 s); the caller's context bounds the whole call, retries included.
+// 5 s); while append requests to a PChannel time out, its next requests
+// get up to 4 times as long (see the package doc). The caller's context
+// bounds the whole call, retries included.
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithMaxBatch bounds the messages coalesced into one append request.

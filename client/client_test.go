@@ -537,6 +537,43 @@ func TestAppendMaxBatch(t *testing.T) {
 	}
 }
 
+// TestAppendCallInOrderAcrossRequests: a call larger than a request goes
+// out in chunks, one request at a time, while other calls' appends go out
+// in the other requests in flight; it lands in call order through either
+// path.
+func TestAppendCallInOrderAcrossRequests(t *testing.T) {
+	s := newSystem(t)
+	forModes(t, func(t *testing.T, m mode) {
+		ctx := testCtx(t)
+		c := newClient(t, s, append([]client.Option{client.WithMaxBatch(4), client.WithMaxInFlight(4)}, m.opts...)...)
+		_, v := createCollection(t, ctx, c)
+		mon := watchAppends(t, s, c, v.PChannel())
+
+		const n, others = 64, 32
+		msgs := make([]*messages.MutableMessage, n)
+		for i := range msgs {
+			msgs[i] = insert(t, c, v, fmt.Sprintf("call-%d", i))
+		}
+		call := c.AppendAsync(ctx, msgs...)
+		singles := make([]*client.AppendFuture, others)
+		for i := range singles {
+			singles[i] = c.AppendAsync(ctx, insert(t, c, v, fmt.Sprintf("single-%d", i)))
+		}
+		res, err := call.Wait()
+		require.NoError(t, err)
+		for i := 1; i < n; i++ {
+			require.Greater(t, res[i].ID, res[i-1].ID, "message %d landed before message %d of its call", i, i-1)
+		}
+		for _, f := range singles {
+			_, err := f.Wait()
+			require.NoError(t, err)
+		}
+		for _, r := range mon.requests(t) {
+			require.LessOrEqual(t, len(r.Messages), 4)
+		}
+	})
+}
+
 // TestAppendRequestsFitMaxPayload: however many large appends are queued,
 // no request exceeds the connection's maximum payload, every append lands,
 // and a message that cannot fit in any request is an invalid argument at
