@@ -37,6 +37,7 @@ type benchFlags struct {
 	concurrency int
 	collections int
 	duration    time.Duration
+	minOps      int
 	progress    bool
 }
 
@@ -46,11 +47,17 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure append, txn, read and broadcast against raw JetStream on the same server",
-		Long: "Runs each workload for --duration with --concurrency workers through streamwal, then the\n" +
-			"closest raw JetStream equivalent on the same server: append vs a synchronous publish,\n" +
-			"txn (begin, 2 bodies, commit) vs an atomic batch of 4, read vs an ordered consumer,\n" +
-			"broadcast (a CreateDatabase on the CChannel) vs a synchronous publish. Prints msgs/s and\n" +
-			"latency percentiles per workload and system (--json: one JSON object per line).",
+		Long: "Runs each workload with --concurrency workers through streamwal, then the closest raw\n" +
+			"JetStream equivalent on the same server: append vs a synchronous publish, txn (begin,\n" +
+			"2 bodies, commit) vs an atomic batch of 4, read vs an ordered consumer, broadcast (a\n" +
+			"CreateDatabase on the CChannel) vs a synchronous publish. Prints msgs/s and latency\n" +
+			"percentiles per workload and system (--json: one JSON object per line).\n\n" +
+			"Each workload runs on each system for --duration and at least --min-ops operations\n" +
+			"(a txn is one operation of 4 messages), whichever takes longer, so that a slow machine\n" +
+			"or a slow start (opening readers, the first fetch) gives a low rate, never none.\n" +
+			"msgs/s is over the whole run, that start included; what a workload writes before it\n" +
+			"runs (the read workload's preload) is not. A run that cannot complete --min-ops\n" +
+			"operations ends with the command's --timeout.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runBench(cmd, f) },
 	}
@@ -60,9 +67,11 @@ func newBenchCmd() *cobra.Command {
 	fl.IntVar(&f.size, "size", 1024, "payload bytes")
 	fl.IntVar(&f.concurrency, "concurrency", 16, "concurrent workers")
 	fl.IntVar(&f.collections, "collections", 4, "collections (one VChannel each, spread over the PChannels)")
-	fl.DurationVar(&f.duration, "duration", 5*time.Second, "duration of each workload and system")
+	fl.DurationVar(&f.duration, "duration", 5*time.Second, "least duration of each workload and system")
+	fl.IntVar(&f.minOps, "min-ops", 100, "least operations of each workload and system (however long they take)")
 	fl.BoolVar(&f.progress, "progress", true, "show a progress bar on standard error")
 	_ = fl.Set("timeout", "1h")
+	fl.Lookup("timeout").DefValue = "1h"
 	return cmd
 }
 
@@ -82,6 +91,8 @@ func (f *benchFlags) check() error {
 		return fmt.Errorf("--collections must be positive")
 	case f.duration <= 0:
 		return fmt.Errorf("--duration must be positive")
+	case f.minOps <= 0:
+		return fmt.Errorf("--min-ops must be positive")
 	}
 	return nil
 }
@@ -170,7 +181,10 @@ func newBench(ctx context.Context, f *benchFlags, c *client.Client, errOut io.Wr
 	return b, nil
 }
 
-// run measures one workload on one system.
+// run measures one workload on one system: after what the workload
+// writes first (b.op), its workers run until --duration has passed and
+// --min-ops operations have completed, whichever is later, and then the
+// operations still in flight are cancelled (and not counted).
 func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, error) {
 	op, perOp, err := b.op(ctx, workload, sys)
 	if err != nil {
@@ -181,9 +195,21 @@ func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, err
 	var ops atomic.Int64
 	var firstErr atomic.Pointer[error]
 	bar := b.progress(workload + " " + sys)
-	runCtx, cancel := context.WithTimeout(ctx, b.f.duration)
+	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The run ends at whichever comes later, the duration (the timer) or
+	// the min-ops-th operation (its worker): each side first says it is
+	// done and then looks at the other, so that the later one sees both.
+	minOps := int64(b.f.minOps)
+	var due atomic.Bool
 	start := time.Now()
+	timer := time.AfterFunc(b.f.duration, func() {
+		due.Store(true)
+		if ops.Load() >= minOps {
+			cancel()
+		}
+	})
+	defer timer.Stop()
 	var wg sync.WaitGroup
 	for w := range b.f.concurrency {
 		wg.Add(1)
@@ -201,7 +227,9 @@ func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, err
 				mu.Lock()
 				_ = hist.RecordValue(time.Since(t0).Microseconds())
 				mu.Unlock()
-				ops.Add(1)
+				if ops.Add(1) >= minOps && due.Load() {
+					cancel()
+				}
 				_ = bar.Add(1)
 			}
 		}()
@@ -210,6 +238,10 @@ func (b *bench) run(ctx context.Context, workload, sys string) (benchResult, err
 	_ = bar.Finish()
 	if e := firstErr.Load(); e != nil {
 		return benchResult{}, *e
+	}
+	if err := ctx.Err(); err != nil {
+		// --timeout (or the caller) ended the run, not the bench.
+		return benchResult{}, err
 	}
 	elapsed := time.Since(start).Seconds()
 	return benchResult{Workload: workload, System: sys, Ops: ops.Load(),
@@ -489,7 +521,17 @@ func printBench(w io.Writer, results []benchResult) {
 		if r.System == "streamwal" && raw[r.Workload] > 0 {
 			ratio = fmt.Sprintf("%.2f", r.MsgsPerSec/raw[r.Workload])
 		}
-		t.AppendRow(table.Row{r.Workload, r.System, fmt.Sprintf("%.0f", r.MsgsPerSec), fmt.Sprintf("%.2f", r.P50ms), fmt.Sprintf("%.2f", r.P99ms), ratio})
+		t.AppendRow(table.Row{r.Workload, r.System, formatRate(r.MsgsPerSec), fmt.Sprintf("%.2f", r.P50ms), fmt.Sprintf("%.2f", r.P99ms), ratio})
 	}
 	t.Render()
+}
+
+// formatRate is a msgs/s of the table: whole from 10 up, and two
+// significant digits below, so that a run that moved messages, however
+// slowly, never shows 0.
+func formatRate(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strconv.FormatFloat(v, 'g', 2, 64)
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +14,32 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// benchLoad keeps the first operation of every run well under the 100 ms
-// after which the progress bar's spinner goroutine races with the first
-// render (see TestBenchProgressBarIsRaceFree); drop it once that is fixed.
-var benchLoad = []string{"--concurrency", "2", "--size", "64"}
+// benchMinOps is the --min-ops of benchLoad.
+const benchMinOps = 10
+
+// benchTimeout bounds a test's bench command: a run lasts until its
+// --min-ops however slow the machine, so the bound is the most runCmd's
+// minute allows rather than the 20 s of the other commands' tests.
+var benchTimeout = []string{"--timeout", "50s"}
+
+// benchLoad keeps the tests' bench runs light (one collection, so that
+// the read workload preloads 2000 messages and not 8000). The tests check
+// what bench guarantees however slow the machine: every run completes at
+// least --min-ops operations, and so has a positive rate. They check
+// nothing about how fast.
+var benchLoad = append([]string{"--concurrency", "2", "--size", "64", "--collections", "1", "--min-ops", strconv.Itoa(benchMinOps)}, benchTimeout...)
+
+// benchRow is a row of bench's table: workload, system, msgs/s, p50 ms,
+// p99 ms, ratio to raw JetStream.
+var benchRow = regexp.MustCompile(`(?m)^\| (\w+) +\| (streamwal|jetstream) +\| ([\d.e+-]+) +\| (\d+\.\d\d) +\| (\d+\.\d\d) +\| ([\d.]*) +\|$`)
+
+// requireBenchRate requires a msgs/s of the table to be a positive number.
+func requireBenchRate(t *testing.T, rate string, row string) {
+	t.Helper()
+	v, err := strconv.ParseFloat(rate, 64)
+	require.NoError(t, err, row)
+	require.Positive(t, v, row)
+}
 
 func TestBenchJSONHasEveryWorkloadAndSystem(t *testing.T) {
 	c := newCluster(t)
@@ -39,7 +63,7 @@ func TestBenchJSONHasEveryWorkloadAndSystem(t *testing.T) {
 		require.Equal(t, workloads[i/2], r.Workload, line)
 		require.Equal(t, []string{"streamwal", "jetstream"}[i%2], r.System, line)
 		require.Positive(t, r.MsgsPerSec, line)
-		require.Positive(t, r.Ops, line)
+		require.GreaterOrEqual(t, r.Ops, int64(benchMinOps), line)
 		require.GreaterOrEqual(t, r.P50ms, 0.0, line)
 		require.GreaterOrEqual(t, r.P99ms, r.P50ms, line)
 		seen[r.Workload+"/"+r.System] = true
@@ -55,14 +79,15 @@ func TestBenchTablePrintsBothSystems(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	require.NoError(t, root.ExecuteContext(ctx))
-	require.Contains(t, out.String(), "| WORKLOAD  | SYSTEM    | MSGS/S | P50 MS | P99 MS | VS JETSTREAM |")
-	row := regexp.MustCompile(`(?m)^\| (\w+) +\| (streamwal|jetstream) +\| (\d+) +\| (\d+\.\d\d) +\| (\d+\.\d\d) +\| ([\d.]*) +\|$`)
-	rows := row.FindAllStringSubmatch(out.String(), -1)
+	// The columns are as wide as their widest cell (a p99 of seconds
+	// widens its column).
+	require.Regexp(t, `(?m)^\| WORKLOAD +\| SYSTEM +\| MSGS/S +\| P50 MS +\| P99 MS +\| VS JETSTREAM +\|$`, out.String())
+	rows := benchRow.FindAllStringSubmatch(out.String(), -1)
 	require.Len(t, rows, 4, out.String())
 	for i, r := range rows {
 		require.Equal(t, []string{"append", "broadcast"}[i/2], r[1])
 		require.Equal(t, []string{"streamwal", "jetstream"}[i%2], r[2])
-		require.NotEqual(t, "0", r[3], "msgs/s")
+		requireBenchRate(t, r[3], r[0])
 		if r[2] == "streamwal" {
 			require.Regexp(t, `^\d+\.\d\d$`, r[6], "the ratio to raw JetStream")
 		} else {
@@ -75,16 +100,56 @@ func TestBenchTablePrintsBothSystems(t *testing.T) {
 	}
 }
 
+// TestBenchReadAloneHasDataToRead runs the read workload without the
+// append workload before it, with one reader for one more read than the
+// preload has, so that on each system it reads all of it and starts over.
+// However long the reader takes to open, the run reads --min-ops.
 func TestBenchReadAloneHasDataToRead(t *testing.T) {
 	c := newCluster(t)
-	out := c.mustRun(t, "", "bench", "--workload", "read", "--duration", "200ms", "--json", "--progress=false")
-	for _, r := range jsonLines[benchResult](t, out) {
+	minOps := preloadCount + 1
+	out := c.mustRun(t, "", append([]string{"bench", "--workload", "read", "--duration", "200ms", "--json", "--progress=false",
+		"--concurrency", "1", "--size", "64", "--collections", "1", "--min-ops", strconv.Itoa(minOps)}, benchTimeout...)...)
+	rs := jsonLines[benchResult](t, out)
+	require.Len(t, rs, 2, out)
+	for i, r := range rs {
+		require.Equal(t, "read", r.Workload)
+		require.Equal(t, []string{"streamwal", "jetstream"}[i], r.System)
+		require.GreaterOrEqual(t, r.Ops, int64(minOps), r.System)
 		require.Positive(t, r.MsgsPerSec, r.System)
 	}
 }
 
+// TestBenchProgressBarIsRaceFree runs 1 MB transactions, whose first
+// operation takes long enough for a progress bar's spinner goroutine to
+// tick before the first render, with the bar (which must start no
+// goroutine) and without one (which must start no bar). However fast or
+// slow the machine, each run lasts over the spinner's 100 ms and adds
+// --min-ops operations or more to its bar.
 func TestBenchProgressBarIsRaceFree(t *testing.T) {
 	c := newCluster(t)
-	out := c.mustRun(t, "", "bench", "--workload", "txn", "--size", "1000000", "--duration", "300ms", "--json", "--progress=false")
-	require.Len(t, jsonLines[benchResult](t, out), 2)
+	txn := append([]string{"bench", "--workload", "txn", "--size", "1000000", "--duration", "300ms", "--concurrency", "2", "--min-ops", "4"},
+		benchTimeout...)
+	t.Run("silent", func(t *testing.T) {
+		out := c.mustRun(t, "", append(slices.Clone(txn), "--json", "--progress=false")...)
+		rs := jsonLines[benchResult](t, out)
+		require.Len(t, rs, 2, out)
+		for _, r := range rs {
+			require.GreaterOrEqual(t, r.Ops, int64(4), r.System)
+		}
+	})
+	t.Run("shown", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		root := newRootCmd(&out, &errOut)
+		root.SetArgs(c.args(txn...))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		require.NoError(t, root.ExecuteContext(ctx))
+		rows := benchRow.FindAllStringSubmatch(out.String(), -1)
+		require.Len(t, rows, 2, out.String())
+		for _, r := range rows {
+			requireBenchRate(t, r[3], r[0])
+		}
+		require.Contains(t, errOut.String(), "txn streamwal")
+		require.Contains(t, errOut.String(), "txn jetstream")
+	})
 }
