@@ -191,6 +191,13 @@ func newAppendCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "append [payload...]",
 		Short: "Append messages to a VChannel (payloads from arguments, or one per line of standard input)",
+		Long: "Append messages to --vchannel: each argument is one message, or, without arguments,\n" +
+			"each line of standard input. Every message is built first, so bad input appends nothing.\n" +
+			"The messages of one append land in the order given, however many there are and\n" +
+			"however often a fault makes the client retry (each keeps its message ID, so a retry\n" +
+			"of one that landed is not stored twice); other writers' messages may come between\n" +
+			"them. A message whose outcome is unknown when --timeout ends is reported as\n" +
+			"UNKNOWN_OUTCOME: it may have landed, at most once.",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			v, err := streamwal.ParseVChannel(vchannel)
 			if err != nil {
