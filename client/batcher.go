@@ -347,6 +347,9 @@ func (b *batcher) requeueLocked(back []*run) {
 		}
 		return
 	}
+	if len(back) == 0 {
+		return
+	}
 	for _, r := range back {
 		b.count(r.pending, 1)
 	}
