@@ -57,6 +57,13 @@ func (w *WAL) PChannel() streamwal.PChannel { return w.cfg.PChannel }
 // Term is the ownership term the WAL opened under.
 func (w *WAL) Term() uint64 { return w.cfg.Term }
 
+// refusal is the first message of a request refused with an error worth a
+// retry.
+type refusal struct {
+	index int
+	err   error
+}
+
 // Recovery is what opening a WAL replayed.
 type Recovery struct {
 	// Replayed counts the messages read below the barrier; Txns the
@@ -137,10 +144,22 @@ func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) (
 			}
 		}
 	}()
+	// Once a message is refused with an error worth a retry, no later one
+	// starts: a retry of the refused one must not land above a later one
+	// of the same request (a caller's order, see client), so the later
+	// ones are refused as retriable too. Final refusals (bad input, the
+	// lifecycle) do not stop the request.
+	var refused *refusal
 	for i, m := range msgs {
 		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
+		if refused != nil {
+			errs[i] = streamwal.Errorf(streamwal.CodeUnavailable, "not started: message %d of the request was refused: %w", refused.index, refused.err)
+			continue
+		}
 		if errs[i] = w.start(ctx, ops[i]); errs[i] == nil {
 			started <- i
+		} else if streamwal.IsRetriableWithID(errs[i]) {
+			refused = &refusal{index: i, err: errs[i]}
 		}
 	}
 	close(started)
