@@ -5,8 +5,10 @@
 // that a client reaches the owner without knowing it.
 //
 // A node answers a PChannel's append subject only while it holds the WAL.
-// Appends of one request are independent and ordered as listed; each gets
-// its own result. When a WAL is fenced by a newer owner the node drops the
+// Appends of one request are ordered as listed and each gets its own
+// result; once one is refused with an error worth a retry, the later ones
+// are refused too (see wal.AppendMany), so that a client's retry keeps a
+// call's order. When a WAL is fenced by a newer owner the node drops the
 // channel at once. Close is graceful: the node stops taking appends,
 // finishes those in flight, closes its WALs within a bounded time and
 // says goodbye (deletes its registration), so the coordinator reassigns
