@@ -285,3 +285,49 @@ func BroadcastTaskKey(id uint64) string { return "task." + strconv.FormatUint(id
 
 // BroadcastTaskPrefix prefixes every broadcast task key.
 const BroadcastTaskPrefix = "task."
+
+// Keys of a PChannel's recovery storage in BucketCheckpoints (DESIGN.md
+// §10), all under "pchannel.<p>.": the node writes the VChannel and segment
+// metadata before the checkpoint that covers them.
+const recoveryPrefix = "pchannel."
+
+// CheckpointKey is p's recovery checkpoint in BucketCheckpoints.
+func CheckpointKey(p PChannel) string { return recoveryPrefix + p.String() + ".checkpoint" }
+
+// VChannelMetaKey is the VChannel metadata of p in BucketCheckpoints.
+func VChannelMetaKey(p PChannel) string { return recoveryPrefix + p.String() + ".vchannels" }
+
+// SegmentMetaKey is the segment metadata of p in BucketCheckpoints.
+func SegmentMetaKey(p PChannel) string { return recoveryPrefix + p.String() + ".segments" }
+
+// AcceptLossKey is where `streamwal pchannel accept-loss` records an
+// operator's consent to serve p above a detected loss of its history.
+func AcceptLossKey(p PChannel) string { return recoveryPrefix + p.String() + ".accept-loss" }
+
+// Object names in the ObjectStoreSegments store. IDs are zero-padded to 20
+// digits so that names sort by position.
+
+// ArchivePrefix prefixes every archived range of p's stream.
+func ArchivePrefix(p PChannel) string { return "log." + p.String() + "." }
+
+// ArchiveObjectName names the archived messages first..last of p's stream.
+func ArchiveObjectName(p PChannel, first, last uint64) string {
+	return ArchivePrefix(p) + pad20(first) + "-" + pad20(last)
+}
+
+// ArchiveIndexName names the index of p's archived ranges.
+func ArchiveIndexName(p PChannel) string { return "log." + p.String() + ".index" }
+
+// SegmentPrefix prefixes every flushed segment of v.
+func SegmentPrefix(v VChannel) string { return "segment." + v.String() + "." }
+
+// SegmentObjectName names flushed segment id of v.
+func SegmentObjectName(v VChannel, id int64) string {
+	return SegmentPrefix(v) + pad20(uint64(id))
+}
+
+// pad20 writes n in 20 digits, zero-padded.
+func pad20(n uint64) string {
+	s := strconv.FormatUint(n, 10)
+	return strings.Repeat("0", 20-len(s)) + s
+}
