@@ -56,6 +56,10 @@ const (
 	CodeUnrecoverable Code = "UNRECOVERABLE"
 	// CodeInternal: a bug or an unexpected failure.
 	CodeInternal Code = "INTERNAL"
+	// CodeHistoryLost: a PChannel's stream holds less than was acknowledged,
+	// or other messages at known IDs; its owner refuses to serve it until an
+	// operator accepts the loss (`streamwal pchannel accept-loss`).
+	CodeHistoryLost Code = "HISTORY_LOST"
 )
 
 // retriable lists the codes whose operation may succeed if repeated later.
@@ -172,6 +176,7 @@ var (
 	ErrClosed          = &Error{Code: CodeClosed}
 	ErrUnrecoverable   = &Error{Code: CodeUnrecoverable}
 	ErrInternal        = &Error{Code: CodeInternal}
+	ErrHistoryLost     = &Error{Code: CodeHistoryLost}
 )
 
 // ErrInvalidName is the cause of every invalid-name error; such errors also

@@ -40,6 +40,7 @@ var allCodes = []struct {
 	{streamwal.CodeClosed, streamwal.ErrClosed, "CLOSED"},
 	{streamwal.CodeUnrecoverable, streamwal.ErrUnrecoverable, "UNRECOVERABLE"},
 	{streamwal.CodeInternal, streamwal.ErrInternal, "INTERNAL"},
+	{streamwal.CodeHistoryLost, streamwal.ErrHistoryLost, "HISTORY_LOST"},
 }
 
 // retriableCodes is the exact set of codes whose operation may succeed when
