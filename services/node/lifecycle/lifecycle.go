@@ -62,6 +62,11 @@
 // DropCollection frees the partition sets but keeps the dropped marker and
 // its message ID, so retries are still recognised and the VChannel is
 // never reused.
+//
+// Recovery storage keeps the table as VChannel metadata: Export gives one
+// Record per VChannel, and Restore rebuilds a table that checks and applies
+// exactly as the exported one did, so that a WAL opened from a checkpoint
+// replays only what came after it.
 package lifecycle
 
 import (
@@ -69,6 +74,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
@@ -360,4 +366,70 @@ func sameCollection(m body, v streamwal.VChannel, id int64) error {
 func malformed(m body, v streamwal.VChannel, format string, args ...any) error {
 	args = append([]any{m.Type().Name, v}, args...)
 	return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s on %s: malformed body: "+format, args...)
+}
+
+// Record is the lifecycle state of one VChannel as recovery storage keeps
+// it (DESIGN.md §10, VChannel metadata): enough for [Table.Restore] to give
+// a table that checks and applies exactly as the one exported.
+type Record struct {
+	VChannel streamwal.VChannel
+	// Created and Dropped: a CreateCollection, a DropCollection landed.
+	Created, Dropped bool
+	// CreatedBy and DroppedBy are their message IDs (retries pass).
+	CreatedBy, DroppedBy string
+	// Partitions are the live partitions, Gone the dropped ones (never
+	// reused), both sorted.
+	Partitions, Gone []int64
+	// DDL are the message IDs of the partition DDL that landed, sorted.
+	DDL []string
+}
+
+// Export returns the state of every VChannel the table knows, sorted by
+// VChannel.
+func (t *Table) Export() []Record {
+	out := make([]Record, 0, len(t.vs))
+	for v, s := range t.vs {
+		out = append(out, Record{
+			VChannel: v, Created: s.created, Dropped: s.dropped, CreatedBy: s.createdBy, DroppedBy: s.droppedBy,
+			Partitions: slices.Sorted(maps.Keys(s.live)), Gone: slices.Sorted(maps.Keys(s.gone)), DDL: slices.Sorted(maps.Keys(s.by)),
+		})
+	}
+	slices.SortFunc(out, func(a, b Record) int { return strings.Compare(a.VChannel.String(), b.VChannel.String()) })
+	return out
+}
+
+// Restore replaces the table's state with records exported before. A
+// record without a VChannel, or with a partition both live and gone, is a
+// streamwal.CodeInvalidArgument error and changes nothing.
+func (t *Table) Restore(records []Record) error {
+	vs := make(map[streamwal.VChannel]*vchannel, len(records))
+	for _, r := range records {
+		if r.VChannel.IsZero() {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "lifecycle record without a vchannel")
+		}
+		s := &vchannel{created: r.Created, dropped: r.Dropped, createdBy: r.CreatedBy, droppedBy: r.DroppedBy}
+		if !r.Dropped {
+			s.live, s.gone = setOf(r.Partitions), setOf(r.Gone)
+			for pid := range s.live {
+				if _, ok := s.gone[pid]; ok {
+					return streamwal.Errorf(streamwal.CodeInvalidArgument, "lifecycle record of %s: partition %d both live and dropped", r.VChannel, pid)
+				}
+			}
+		}
+		for _, id := range r.DDL {
+			s.remember(id)
+		}
+		vs[r.VChannel] = s
+	}
+	t.vs = vs
+	return nil
+}
+
+// setOf returns ids as a set (never nil).
+func setOf(ids []int64) map[int64]struct{} {
+	m := make(map[int64]struct{}, len(ids))
+	for _, id := range ids {
+		m[id] = struct{}{}
+	}
+	return m
 }
