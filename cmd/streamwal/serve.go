@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/services/coord"
+	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -27,6 +28,7 @@ type serveFlags struct {
 	cluster    string
 	pchannels  int
 	logLevel   string
+	retain     time.Duration
 }
 
 // serveHelp is the long help of `streamwal serve`.
@@ -63,6 +65,9 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.cluster, "cluster", "local", "streamwal cluster name")
 	fl.IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
+	fl.DurationVar(&f.retain, "retain", node.DefaultRetain, "keep at least this much of the log (by age) in the streams; 0s truncates as soon as\n"+
+		"what is below is flushed to the object store and checkpointed, a negative value never truncates;\n"+
+		"what truncation removes stays readable from the object store")
 	return cmd
 }
 
@@ -142,7 +147,8 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log,
-		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim}})
+		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim},
+		Node:  node.Config{Recovery: retention(f.retain)}})
 	if err != nil {
 		srv.Shutdown()
 		return nil, fmt.Errorf("start streamwal: %w", err)
@@ -157,6 +163,17 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 		return nil, err
 	}
 	return s, nil
+}
+
+// retention is the node's recovery options for --retain.
+func retention(d time.Duration) node.RecoveryOptions {
+	switch {
+	case d == 0:
+		return node.RecoveryOptions{Retain: node.RetainNothing}
+	case d < 0:
+		return node.RecoveryOptions{NoTruncation: true}
+	}
+	return node.RecoveryOptions{Retain: d}
 }
 
 // printBanner says where the cluster serves.

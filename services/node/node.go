@@ -38,6 +38,8 @@ import (
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/recovery"
+	"github.com/streamwal/streamwal/services/node/shard"
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
 )
@@ -68,6 +70,63 @@ type Config struct {
 	CloseBudget time.Duration
 	// Logger receives the node's logs (default: none).
 	Logger zerolog.Logger
+	// Recovery configures recovery storage, shard management and
+	// truncation (DESIGN.md §10); on unless Recovery.Off.
+	Recovery RecoveryOptions
+}
+
+// DefaultRetain is how much of the log, by age, a node keeps in its
+// streams unless told otherwise.
+const DefaultRetain = 24 * time.Hour
+
+// RetainNothing, as RecoveryOptions.Retain, truncates a stream as soon as
+// what is below is flushed and checkpointed.
+const RetainNothing = time.Duration(-1)
+
+// RecoveryOptions configure a node's recovery storage.
+type RecoveryOptions struct {
+	// Off turns recovery storage off: every open replays its stream from
+	// the first message, and nothing is truncated.
+	Off bool
+	// Shard configures the seal policies (Memory is the node's own: set
+	// MemoryHigh and MemoryLow instead).
+	Shard shard.Config
+	// MemoryHigh and MemoryLow are the node-wide water marks of growing
+	// segment bytes (0: no memory policy; MemoryLow defaults to 3/4 of
+	// MemoryHigh).
+	MemoryHigh, MemoryLow uint64
+	// Cadence says when a persist round is due (default every 10 s, at
+	// once past 100 dirty messages).
+	Cadence recovery.Cadence
+	// Retain is how much of the log, by age, stays in the stream (default
+	// DefaultRetain; RetainNothing keeps nothing beyond what truncation
+	// must keep); NoTruncation keeps everything.
+	Retain       time.Duration
+	NoTruncation bool
+	// TruncateInterval is how often each WAL truncates (default 10 s).
+	TruncateInterval time.Duration
+	// Replicas of the checkpoints bucket (default 1).
+	Replicas int
+}
+
+// storage is the WAL storage configuration of the node's PChannels.
+func (n *Node) storage() *wal.Storage {
+	if n.store == nil {
+		return nil
+	}
+	o := n.cfg.Recovery
+	retain := o.Retain
+	switch {
+	case o.NoTruncation:
+		retain = -1
+	case retain == RetainNothing:
+		retain = 0
+	case retain <= 0:
+		retain = DefaultRetain
+	}
+	sc := o.Shard
+	sc.Memory = n.memory
+	return &wal.Storage{Store: n.store, Tiers: n.be, Shard: sc, Cadence: o.Cadence, Retain: retain, TruncateInterval: o.TruncateInterval}
 }
 
 // withDefaults validates c and fills in defaults.
@@ -96,6 +155,8 @@ type Node struct {
 	be      *jetstream.JetStream
 	nodes   njs.KeyValue
 	oracle  *remoteOracle
+	store   recovery.Store // nil with Recovery.Off
+	memory  *shard.Memory  // nil without a memory policy
 
 	mu       sync.Mutex
 	channels map[streamwal.PChannel]*channel
@@ -126,6 +187,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !cfg.Recovery.Off {
+		cfg.Backend.Archive = true
+	}
 	be, err := jetstream.New(cfg.Conn, cfg.Codec, cfg.Backend)
 	if err != nil {
 		return nil, err
@@ -136,6 +200,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
 		requests: make(chan struct{}, maxRequests), stop: make(chan struct{}), beat: make(chan struct{}, 1)}
 	if n.nodes, err = n.openNodesBucket(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.openRecovery(ctx); err != nil {
 		return nil, err
 	}
 	if err := n.subscribe(); err != nil {
@@ -170,6 +237,27 @@ func (n *Node) openNodesBucket(ctx context.Context) (njs.KeyValue, error) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// openRecovery opens the checkpoints bucket, unless recovery is off.
+func (n *Node) openRecovery(ctx context.Context) error {
+	o := n.cfg.Recovery
+	if o.Off {
+		return nil
+	}
+	js, err := njs.New(n.cfg.Conn)
+	if err != nil {
+		return streamwal.Errorf(streamwal.CodeUnavailable, "jetstream: %v", err)
+	}
+	kv, err := recovery.OpenBucket(ctx, js, n.cfg.Codec.Cluster(), recovery.WithReplicas(max(o.Replicas, 1)))
+	if err != nil {
+		return err
+	}
+	n.store = recovery.NewKV(kv)
+	if o.MemoryHigh > 0 {
+		n.memory = shard.NewMemory(o.MemoryHigh, o.MemoryLow)
+	}
+	return nil
 }
 
 // ID is the node's identity; Session changes at every start.

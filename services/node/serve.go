@@ -79,7 +79,7 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 		n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10))
 	}
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
-		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log})
+		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage()})
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +88,8 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 		return nil, err
 	}
 	r := w.Recovered()
-	n.log.Info().Str("pchannel", p.String()).Uint64("term", term).Int("replayed", r.Replayed).Int("open_txns", r.Txns).
+	n.log.Info().Str("pchannel", p.String()).Uint64("term", term).Uint64("from", uint64(r.From)).Uint64("checkpoint", uint64(r.Checkpoint)).
+		Int("replayed", r.Replayed).Int("skipped", r.Skipped).Int("open_txns", r.Txns).
 		Uint64("barrier", uint64(r.Barrier)).Dur("took", r.Took).Msg("serving")
 	return n.confirm(w), nil
 }

@@ -18,7 +18,8 @@
 //     storage layer deduplicates it by that ID;
 //   - every other message needs the collection (ErrCollectionNotFound);
 //   - after DropCollection nothing passes (ErrCollectionDropped) but a
-//     retry of that DropCollection with its non-empty message ID;
+//     retry of that DropCollection with its non-empty message ID, and the
+//     Flush the WAL appends for the segments the drop sealed;
 //   - CreatePartition needs a partition that neither exists
 //     (ErrPartitionExists) nor was dropped (ErrPartitionDropped): partition
 //     IDs are never reused;
@@ -154,6 +155,9 @@ func (t *Table) Check(m *messages.MutableMessage) error {
 	if s != nil && s.dropped {
 		if typ == messages.TypeDropCollection && m.MsgID() != "" && m.MsgID() == s.droppedBy {
 			return nil
+		}
+		if typ == messages.TypeFlush {
+			return nil // closes the segments the drop sealed
 		}
 		return violation(typ, v, "", ErrCollectionDropped)
 	}

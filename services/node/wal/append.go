@@ -45,6 +45,18 @@ type appendOp struct {
 	// Per-interceptor state.
 	lockID uint64
 	txnID  messages.TxnID
+
+	// Shard management: pre are the CreateSegments that open the segments
+	// op's inserts go to, appended in the same atomic unit just before
+	// op.msgs (so they land iff the inserts do), with their TimeTicks and
+	// MessageIDs; created are those segments; segs the segment of each
+	// message of op (0: none); frozen the messages as stored, once landed.
+	pre     []*messages.MutableMessage
+	preTTs  []messages.TimeTick
+	preIDs  []messages.MessageID
+	created []int64
+	segs    []int64
+	frozen  []*messages.ImmutableMessage
 }
 
 // interceptor is one stage of the append chain. admit runs without the
@@ -92,12 +104,15 @@ func (w *WAL) start(ctx context.Context, op *appendOp) error {
 // abandoned when the writer had not taken it yet (never written), or else
 // resolved in the background when the writer is done with it.
 func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessage, error) {
-	ids, err := op.fut.Wait(ctx)
+	_, err := op.fut.Wait(ctx)
 	select {
 	case <-op.fut.Done():
-		ids, err = op.fut.Result()
+		ids, err := op.fut.Result()
 		op.settle(ids, err)
 		w.resolve(op)
+		if err != nil {
+			return nil, err
+		}
 	default:
 		if !errors.Is(err, streamwal.ErrUnknownOutcome) {
 			op.outcome, op.err = lost, err
@@ -111,19 +126,21 @@ func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMess
 		}()
 		return nil, err
 	}
-	if err != nil {
-		return nil, err
-	}
 	out := make([]*messages.ImmutableMessage, len(op.msgs))
 	for i, m := range op.msgs {
-		if ids[i] > op.tail {
-			out[i] = m.Freeze(ids[i])
+		id := op.ids[i]
+		switch {
+		case id > op.tail && op.frozen != nil:
+			out[i] = op.frozen[i]
+			continue
+		case id > op.tail:
+			out[i] = m.Freeze(id)
 			continue
 		}
 		// At or below the tail when it was stamped: the stream deduplicated
 		// it to a message stored before; return that one.
-		if out[i], err = w.cfg.Backend.Get(ctx, w.cfg.PChannel, ids[i]); err != nil {
-			return nil, streamwal.Errorf(streamwal.CodeUnknownOutcome, "%s deduplicated to %d, which cannot be read: %w", m.MsgID(), ids[i], err)
+		if out[i], err = w.cfg.Backend.Get(ctx, w.cfg.PChannel, id); err != nil {
+			return nil, streamwal.Errorf(streamwal.CodeUnknownOutcome, "%s deduplicated to %d, which cannot be read: %w", m.MsgID(), id, err)
 		}
 	}
 	return out, nil
@@ -133,7 +150,8 @@ func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMess
 func (op *appendOp) settle(ids []messages.MessageID, err error) {
 	switch {
 	case err == nil:
-		op.outcome, op.ids = landed, ids
+		op.outcome = landed
+		op.preIDs, op.ids = ids[:len(op.pre)], ids[len(op.pre):]
 	case errors.Is(err, streamwal.ErrUnknownOutcome):
 		op.outcome, op.err = unknown, err
 	default:
@@ -147,6 +165,11 @@ func (w *WAL) stamp(op *appendOp) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := w.stoppedLocked(); err != nil {
+		return err
+	}
+	// The segments op's inserts open are created first: their
+	// CreateSegments land before op.msgs, so their TimeTicks come first.
+	if err := w.planSegments(op); err != nil {
 		return err
 	}
 	op.tts = make([]messages.TimeTick, len(op.msgs))
@@ -174,18 +197,22 @@ func (w *WAL) stamp(op *appendOp) error {
 		}
 		op.stamped++
 	}
+	for _, m := range op.pre {
+		m.SetLastConfirmed(lc)
+		m.SetTerm(w.cfg.Term)
+	}
 	for _, m := range op.msgs {
 		m.SetLastConfirmed(lc)
 		m.SetTerm(w.cfg.Term)
 	}
-	for i, tt := range op.tts {
-		if err := w.acks.Allocate(tt); err != nil {
-			op.tts = op.tts[:i]
-			w.confirm(op)
-			return err
-		}
+	if err := w.allocate(op); err != nil {
+		return err
 	}
-	op.fut = w.w.AppendAsync(context.Background(), op.msgs...)
+	unit := op.msgs
+	if len(op.pre) > 0 {
+		unit = append(append(make([]*messages.MutableMessage, 0, len(op.pre)+len(op.msgs)), op.pre...), op.msgs...)
+	}
+	op.fut = w.w.AppendAsync(context.Background(), unit...)
 	w.inflight.Add(1)
 	select {
 	case <-op.fut.Done():
@@ -247,8 +274,27 @@ func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
 	return tt, nil
 }
 
+// allocate registers op's TimeTicks with the ack manager; on a refusal
+// it confirms those registered and returns it.
+func (w *WAL) allocate(op *appendOp) error {
+	all := append(append([]messages.TimeTick(nil), op.preTTs...), op.tts...)
+	for i, tt := range all {
+		if err := w.acks.Allocate(tt); err != nil {
+			for _, done := range all[:i] {
+				_ = w.acks.Confirm(done)
+			}
+			op.acked = true
+			return err
+		}
+	}
+	return nil
+}
+
 // confirm marks op's TimeTicks confirmed in the ack manager.
 func (w *WAL) confirm(op *appendOp) {
+	for _, tt := range op.preTTs {
+		_ = w.acks.Confirm(tt)
+	}
 	for _, tt := range op.tts {
 		_ = w.acks.Confirm(tt)
 	}
@@ -273,11 +319,26 @@ func (w *WAL) resolve(op *appendOp) {
 	}
 }
 
-// noteLanded advances what the WAL knows of the stream's tail.
+// noteLanded advances what the WAL knows of the stream's tail, and hands
+// what landed to the ledger.
 func (w *WAL) noteLanded(op *appendOp) {
 	last := op.ids[len(op.ids)-1]
 	w.maxAcked = max(w.maxAcked, last)
 	w.syncer.Landed(last, op.internal)
+	if w.led == nil {
+		return
+	}
+	for i, m := range op.pre {
+		w.led.landed(m.Freeze(op.preIDs[i]))
+	}
+	op.frozen = make([]*messages.ImmutableMessage, len(op.msgs))
+	for i, m := range op.msgs {
+		op.frozen[i] = m.Freeze(op.ids[i])
+		if op.ids[i] > op.tail { // else deduplicated to a message stored before
+			w.led.landed(op.frozen[i])
+		}
+	}
+	w.kickStorage()
 }
 
 // validate refuses what may never be appended, before anything changes.

@@ -50,6 +50,10 @@ type Config struct {
 	Ticks TickPublisher
 	// Logger receives the WAL's logs (the zero value discards them).
 	Logger zerolog.Logger
+	// Storage turns on recovery storage, shard management and truncation;
+	// nil replays the stream from its first message at every open and
+	// never truncates it.
+	Storage *Storage
 }
 
 // withDefaults validates c and fills in defaults.
@@ -63,5 +67,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SyncInterval <= 0 {
 		c.SyncInterval = DefaultSyncInterval
 	}
-	return c, nil
+	var err error
+	c.Storage, err = c.Storage.withDefaults()
+	return c, err
 }

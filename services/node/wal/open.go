@@ -10,6 +10,7 @@ import (
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/lifecycle"
 	"github.com/streamwal/streamwal/services/node/lock"
+	"github.com/streamwal/streamwal/services/node/shard"
 	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/node/txn"
 )
@@ -26,6 +27,13 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 	alloc, err := timetick.NewAllocator(cfg.Oracle, cfg.TimeTickBatch)
 	if err != nil {
 		return nil, err
+	}
+	var st *keeper
+	var led *ledger
+	if cfg.Storage != nil {
+		if st, led, err = loadStorage(ctx, cfg); err != nil {
+			return nil, err
+		}
 	}
 	barrier, err := newBarrier(ctx, cfg, alloc)
 	if err != nil {
@@ -46,6 +54,9 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 		life:     lifecycle.NewTable(),
 		stop:     make(chan struct{}),
 		loopDone: make(chan struct{}),
+		st:       st,
+		led:      led,
+		held:     map[messages.TxnID]struct{}{},
 	}
 	w.alive, w.kill = context.WithCancel(context.Background())
 	start := time.Now()
@@ -56,6 +67,9 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 	}
 	w.recovery.Took = time.Since(start)
 	go w.syncLoop()
+	if w.st != nil {
+		go w.storageLoop()
+	}
 	return w, nil
 }
 
@@ -74,12 +88,19 @@ func newBarrier(ctx context.Context, cfg Config, alloc *timetick.Allocator) (*me
 	return m, nil
 }
 
-// recover replays the stream from its first message through the barrier.
-// Every TimeTick handed out afterwards is above every one replayed, even
-// if an earlier owner drew its TimeTicks ahead of this owner's barrier.
+// recover replays the stream through the barrier: from the checkpoint's
+// MessageID with recovery storage (from the first message without, or on
+// a new PChannel). Every TimeTick handed out afterwards is above every one
+// replayed, even if an earlier owner drew its TimeTicks ahead of this
+// owner's barrier.
 func (w *WAL) recover(ctx context.Context) error {
 	barrier := w.w.Barrier()
-	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{Start: jetstream.Earliest()})
+	start := jetstream.Earliest()
+	if w.led != nil && w.led.cp.MessageID > 0 {
+		start = jetstream.From(w.led.cp.MessageID)
+		w.recovery.From, w.recovery.Checkpoint = w.led.cp.MessageID, w.led.cp.Consumed
+	}
+	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{Start: start})
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", w.cfg.PChannel, err)
 	}
@@ -95,10 +116,11 @@ func (w *WAL) recover(ctx context.Context) error {
 		}
 		floor = max(floor, m.TimeTick())
 		w.txns.Replay(m)
-		if err := w.life.Apply(m); err != nil {
-			w.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("replay: lifecycle message not applied")
-		}
+		w.replay(m)
 		replayed++
+	}
+	if err := w.goLive(barrier); err != nil {
+		return err
 	}
 	w.txns.Expire(barrier.TimeTick())
 	w.floor = floor
@@ -106,7 +128,46 @@ func (w *WAL) recover(ctx context.Context) error {
 	w.acks = timetick.NewAckManager(floor)
 	w.maxAcked = barrier.ID()
 	w.syncer = timetick.NewSyncer(barrier.ID())
-	w.recovery = Recovery{Replayed: replayed, Txns: w.txns.Len(), Barrier: barrier.ID()}
+	w.recovery.Replayed, w.recovery.Txns, w.recovery.Barrier = replayed, w.txns.Len(), barrier.ID()
 	w.log.Debug().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
+	return nil
+}
+
+// replay applies one replayed message below the barrier: to the ledger
+// (which skips what the checkpoint covers) with recovery storage, or to
+// the lifecycle table without.
+func (w *WAL) replay(m *messages.ImmutableMessage) {
+	if w.led == nil {
+		if err := w.life.Apply(m); err != nil {
+			w.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("replay: lifecycle message not applied")
+		}
+		return
+	}
+	if m.ID() > w.led.next {
+		w.led.skipTo(m.ID())
+	}
+	w.led.landed(m)
+}
+
+// goLive, with recovery storage, consumes the barrier and builds the live
+// lifecycle table and shard manager from the ledger's.
+func (w *WAL) goLive(barrier *messages.ImmutableMessage) error {
+	if w.led == nil {
+		return nil
+	}
+	w.led.skipTo(barrier.ID())
+	w.led.landed(barrier)
+	w.recovery.Skipped = w.led.skipped
+	if err := w.life.Restore(w.led.life.Export()); err != nil {
+		return err
+	}
+	segs, err := shard.New(w.cfg.Storage.Shard)
+	if err != nil {
+		return err
+	}
+	if err := segs.Restore(w.led.segs.Segments(), barrier.ID()); err != nil {
+		return err
+	}
+	w.segs = segs
 	return nil
 }

@@ -30,6 +30,7 @@ func (w *WAL) syncLoop() {
 			if err != nil {
 				w.log.Debug().Err(err).Msg("timetick sync")
 			}
+			w.shardTick(w.alive)
 		}
 	}
 }

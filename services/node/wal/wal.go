@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/lifecycle"
 	"github.com/streamwal/streamwal/services/node/lock"
+	"github.com/streamwal/streamwal/services/node/shard"
 	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/node/txn"
 )
@@ -41,6 +42,13 @@ type WAL struct {
 	syncer   *timetick.Syncer
 	stopped  error // set once the WAL takes no more appends
 	recovery Recovery
+	// Recovery storage and shard management (nil when Config.Storage is):
+	// the ledger of what landed, the live shard manager, the transactions
+	// holding rows of its segments, and the keeper of the storage loop.
+	led  *ledger
+	segs *shard.Manager
+	held map[messages.TxnID]struct{}
+	st   *keeper
 
 	inflight sync.WaitGroup
 	// alive ends when Close starts, cutting short an oracle call.
@@ -66,10 +74,17 @@ type refusal struct {
 
 // Recovery is what opening a WAL replayed.
 type Recovery struct {
+	// From is where the replay started (0: the first message, no
+	// checkpoint); Checkpoint the consumed position it started from.
+	From       messages.MessageID
+	Checkpoint messages.MessageID
 	// Replayed counts the messages read below the barrier; Txns the
-	// transactions still open after them.
+	// transactions still open after them; Skipped the messages of dropped
+	// or unknown collections, or of unknown segments, that changed
+	// nothing.
 	Replayed int
 	Txns     int
+	Skipped  int
 	// Barrier is where the RecoveryBarrier landed.
 	Barrier messages.MessageID
 	// Took is how long the open took, barrier and replay included.
@@ -247,6 +262,7 @@ func (w *WAL) Close() error {
 		case <-time.After(closeBudget):
 			w.log.Warn().Msg("appends still in flight after the close budget")
 		}
+		w.finalRound()
 	})
 	return nil
 }

@@ -1,0 +1,335 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/lifecycle"
+	"github.com/streamwal/streamwal/services/node/recovery"
+	"github.com/streamwal/streamwal/services/node/shard"
+)
+
+// keeper is the WAL's recovery storage: its persister and the schedule
+// of its storage loop, which persists rounds, stores flushed segments,
+// reads the messages the ledger waits for, and truncates the stream.
+// Only the storage loop (and Close, once it stopped) uses it.
+type keeper struct {
+	cfg       *Storage
+	pers      *recovery.Persister
+	lastRound time.Time
+	lastTrunc time.Time
+	persisted recovery.Checkpoint // the last checkpoint written (under the WAL's mutex)
+	kick      chan struct{}
+	done      chan struct{}
+}
+
+// kickStorage asks for a round now if enough is dirty (under w.mu).
+func (w *WAL) kickStorage() {
+	if w.led.dirty < w.st.cfg.Cadence.Dirty {
+		return
+	}
+	select {
+	case w.st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// storageLoop runs storage rounds until the WAL stops.
+func (w *WAL) storageLoop() {
+	defer close(w.st.done)
+	t := time.NewTicker(w.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case <-w.w.Done():
+			return
+		case <-t.C:
+		case <-w.st.kick:
+		}
+		w.storageRound(w.alive)
+	}
+}
+
+// storageRound is one turn of the storage loop.
+func (w *WAL) storageRound(ctx context.Context) {
+	w.fillGap(ctx, gapPatience)
+	w.storeSegments(ctx)
+	if err := w.persist(ctx, false); err != nil {
+		w.log.Warn().Err(err).Msg("checkpoint not persisted; will retry")
+	}
+	if err := w.truncate(ctx); err != nil {
+		w.log.Warn().Err(err).Msg("truncation failed; will retry")
+	}
+}
+
+// fillGap reads from the stream the message the ledger has waited for
+// longer than patience.
+func (w *WAL) fillGap(ctx context.Context, patience time.Duration) {
+	w.mu.Lock()
+	id, ok := w.led.gap(time.Now(), patience)
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	m, err := w.cfg.Backend.Get(ctx, w.cfg.PChannel, id)
+	if errors.Is(err, jetstream.ErrNotStored) {
+		next := id + 1
+		if s, err := w.st.cfg.Tiers.State(ctx, w.cfg.PChannel); err == nil && s.First > id {
+			next = s.First
+		}
+		w.mu.Lock()
+		w.led.skipTo(next)
+		w.mu.Unlock()
+		return
+	}
+	if err != nil {
+		w.log.Debug().Err(err).Uint64("id", uint64(id)).Msg("ledger: read of a missing message failed")
+		return
+	}
+	w.mu.Lock()
+	w.led.landed(m)
+	w.mu.Unlock()
+}
+
+// persist writes a round if one is due (or, when final, if anything is
+// dirty): metadata first, the checkpoint last (see recovery.Persister).
+func (w *WAL) persist(ctx context.Context, final bool) error {
+	now := time.Now()
+	w.mu.Lock()
+	due := w.led.dirty > 0 && (final || now.Sub(w.st.lastRound) >= minRoundGap && w.st.cfg.Cadence.Due(now, w.st.lastRound, w.led.dirty))
+	if !due {
+		w.mu.Unlock()
+		return nil
+	}
+	snap, err := w.led.snapshot(w.maxAcked)
+	dirty := w.led.dirty
+	w.led.dirty = 0
+	w.mu.Unlock()
+	if err == nil {
+		err = w.digest(ctx, &snap.Checkpoint)
+	}
+	if err == nil {
+		snap.Checkpoint.Term, snap.Checkpoint.Node, snap.Checkpoint.Written = w.cfg.Term, w.cfg.Node, now.UTC()
+		err = w.st.pers.Persist(ctx, snap)
+	}
+	if errors.Is(err, streamwal.ErrFenced) {
+		w.mu.Lock()
+		w.failLocked(streamwal.Errorf(streamwal.CodeFenced, "%s under term %d: a newer owner holds the checkpoint: %w", w.cfg.PChannel, w.cfg.Term, err))
+		w.mu.Unlock()
+		return err
+	}
+	if err != nil {
+		w.mu.Lock()
+		w.led.dirty += dirty
+		w.mu.Unlock()
+		return err
+	}
+	w.st.lastRound = now
+	w.mu.Lock()
+	w.st.persisted = snap.Checkpoint
+	w.mu.Unlock()
+	return nil
+}
+
+// digest records the digest of the checkpoint's last consumed message, as
+// the stream holds it: the next open compares it with what the stream
+// holds then.
+func (w *WAL) digest(ctx context.Context, cp *recovery.Checkpoint) error {
+	if cp.Consumed == 0 {
+		return nil
+	}
+	m, err := w.cfg.Backend.Get(ctx, w.cfg.PChannel, cp.Consumed)
+	if err != nil {
+		return err
+	}
+	cp.Digest = recovery.Digest(m)
+	return nil
+}
+
+// storeSegments writes the segments whose Flush was consumed to the
+// object store, then marks them flushed.
+func (w *WAL) storeSegments(ctx context.Context) {
+	w.mu.Lock()
+	ids := w.led.uploads
+	w.led.uploads = nil
+	segs := w.led.segs.Segments()
+	w.mu.Unlock()
+	byID := make(map[int64]shard.Segment, len(segs))
+	for _, s := range segs {
+		byID[s.ID] = s
+	}
+	for i, id := range ids {
+		s, ok := byID[id]
+		if !ok || s.State == shard.Flushed {
+			continue
+		}
+		if err := w.storeSegment(ctx, s); err != nil {
+			w.log.Warn().Err(err).Int64("segment", id).Msg("segment not stored; will retry")
+			w.mu.Lock()
+			w.led.uploads = append(w.led.uploads, ids[i:]...)
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Lock()
+		if err := w.led.segs.MarkFlushed(id); err != nil {
+			w.log.Warn().Err(err).Int64("segment", id).Msg("segment stored but not marked flushed")
+		}
+		w.led.dirty++
+		w.mu.Unlock()
+		w.log.Info().Int64("segment", id).Str("vchannel", s.VChannel.String()).Uint64("rows", s.Rows).Uint64("bytes", s.Bytes).
+			Str("reason", string(s.Reason)).Msg("segment flushed")
+	}
+}
+
+// storeSegment reads segment s's inserts from the stream and writes them
+// with their manifest.
+func (w *WAL) storeSegment(ctx context.Context, s shard.Segment) error {
+	msgs, err := w.segmentMessages(ctx, s)
+	if err != nil {
+		return err
+	}
+	var bytes uint64
+	for _, m := range msgs {
+		bytes += uint64(len(m.Payload()))
+	}
+	return w.st.cfg.Tiers.WriteSegment(ctx, jetstream.SegmentManifest{
+		VChannel: s.VChannel.String(), Segment: s.ID, Partition: s.Partition,
+		FirstID: s.First, LastID: s.Last, FirstTimeTick: s.FirstTT, LastTimeTick: s.LastTT,
+		Count: len(msgs), Bytes: bytes, Reason: string(s.Reason),
+	}, msgs)
+}
+
+// segmentMessages reads the inserts of segment s from its VChannel.
+func (w *WAL) segmentMessages(ctx context.Context, s shard.Segment) ([]*messages.ImmutableMessage, error) {
+	if s.First == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{
+		Start: jetstream.From(s.First), Filters: w.codec.Cluster().VChannelFilter(s.VChannel)})
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	var out []*messages.ImmutableMessage
+	for m, err := range sc.All(ctx) {
+		if err != nil {
+			return nil, err
+		}
+		if m.ID() > s.Last {
+			break
+		}
+		if d := m.Header().DML; m.Type() == messages.TypeInsert && d != nil && d.SegmentID == s.ID {
+			out = append(out, m)
+		}
+		if m.ID() == s.Last {
+			break
+		}
+	}
+	return out, nil
+}
+
+// truncate purges the stream below the smallest of: the persisted
+// checkpoint's replay start, the first message of every segment not yet
+// flushed, the durable readers' holds and the retention floor.
+func (w *WAL) truncate(ctx context.Context) error {
+	cfg := w.st.cfg
+	now := time.Now()
+	if cfg.Retain < 0 || now.Sub(w.st.lastTrunc) < cfg.TruncateInterval {
+		return nil
+	}
+	w.st.lastTrunc = now
+	w.mu.Lock()
+	bound := w.st.persisted.MessageID
+	for _, s := range w.led.segs.Segments() {
+		if s.State != shard.Flushed && s.First > 0 {
+			bound = min(bound, s.First)
+		}
+	}
+	done := w.led.cp.Truncated
+	w.mu.Unlock()
+	if cfg.Holds != nil {
+		if h := cfg.Holds(); h > 0 {
+			bound = min(bound, h)
+		}
+	}
+	if bound <= max(done, 1) {
+		return nil
+	}
+	if cfg.Retain > 0 {
+		var err error
+		if bound, err = w.retained(ctx, max(done, 1), bound, messages.TimeTickAt(now.Add(-cfg.Retain))); err != nil || bound <= max(done, 1) {
+			return err
+		}
+	}
+	if err := w.cfg.Backend.Truncate(ctx, w.cfg.PChannel, bound); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.led.cp.Truncated = bound
+	w.led.dirty++
+	w.mu.Unlock()
+	w.log.Info().Uint64("below", uint64(bound)).Msg("stream truncated")
+	return nil
+}
+
+// retained is the smallest MessageID in [lo, hi) whose TimeTick is at or
+// after cutoff (hi if none): TimeTicks grow with MessageIDs, so a binary
+// search over the stream finds it.
+func (w *WAL) retained(ctx context.Context, lo, hi messages.MessageID, cutoff messages.TimeTick) (messages.MessageID, error) {
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := w.cfg.Backend.Get(ctx, w.cfg.PChannel, mid)
+		if err != nil {
+			return lo, err
+		}
+		if m.TimeTick() >= cutoff {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo, nil
+}
+
+// finalRound persists what the ledger consumed, once the storage loop
+// stopped and the appends resolved, within the close budget.
+func (w *WAL) finalRound() {
+	if w.st == nil {
+		return
+	}
+	<-w.st.done
+	ctx, cancel := context.WithTimeout(context.Background(), closeBudget)
+	defer cancel()
+	w.fillGap(ctx, 0)
+	if err := w.persist(ctx, true); err != nil && !errors.Is(err, streamwal.ErrFenced) {
+		w.log.Warn().Err(err).Msg("final checkpoint not persisted")
+	}
+}
+
+// StorageState is what recovery storage holds of the WAL: the ledger's
+// checkpoint (what it consumed so far), the last checkpoint persisted, and
+// the VChannel and segment metadata as of the ledger's checkpoint.
+type StorageState struct {
+	Consumed  recovery.Checkpoint
+	Persisted recovery.Checkpoint
+	VChannels []lifecycle.Record
+	Segments  []shard.Segment
+}
+
+// StorageState reports the WAL's recovery storage; false without one.
+func (w *WAL) StorageState() (StorageState, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.led == nil {
+		return StorageState{}, false
+	}
+	return StorageState{Consumed: w.led.cp, Persisted: w.st.persisted, VChannels: w.led.life.Export(), Segments: w.led.segs.Segments()}, true
+}
