@@ -204,7 +204,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	be, err := jetstream.New(nc, codec, jetstream.Options{Logger: o.logger})
+	// Archive: reads that start below a stream's truncation point go on
+	// in the archive the nodes keep of what they truncated.
+	be, err := jetstream.New(nc, codec, jetstream.Options{Logger: o.logger, Archive: true})
 	if err != nil {
 		return nil, err
 	}
