@@ -11,15 +11,18 @@ import (
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/recovery"
 	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/node/wal"
 )
 
 // BenchmarkChain appends 1 KiB inserts from 64 goroutines, each waiting
 // for every append, through the whole WAL (lock, lifecycle and txn
-// interceptors, TimeTicks, LastConfirmed, sync loop) and, on the same
-// embedded server in the same run, through the bare sequencer (a backend
-// writer). It reports both rates and chain/bare:
+// interceptors, TimeTicks, LastConfirmed, sync loop), through the WAL with
+// recovery storage and shard management on (checkpoints to a memory
+// store, segments of the default capacity), and, on the same embedded
+// server in the same run, through the bare sequencer (a backend writer).
+// It reports the rates, chain/bare and storage/chain:
 //
 //	go test -run '^$' -bench BenchmarkChain -benchtime 100000x ./services/node/wal/
 func BenchmarkChain(b *testing.B) {
@@ -33,19 +36,22 @@ func BenchmarkChain(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	be, err := jetstream.New(nc, codec, jetstream.Options{})
+	be, err := jetstream.New(nc, codec, jetstream.Options{Archive: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer be.Close()
 	n := max(b.N, 2000)
 	b.ResetTimer()
-	chain := benchWAL(b, be, codec, n)
+	chain := benchWAL(b, be, codec, n, nil)
+	stored := benchWAL(b, be, codec, n, &wal.Storage{Store: recovery.NewMemory(), Tiers: be})
 	bare := benchBare(b, be, codec, n)
 	b.StopTimer()
 	b.ReportMetric(chain, "chain-msgs/s")
+	b.ReportMetric(stored, "storage-msgs/s")
 	b.ReportMetric(bare, "bare-msgs/s")
 	b.ReportMetric(chain/bare, "chain/bare")
+	b.ReportMetric(stored/chain, "storage/chain")
 	b.ReportMetric(0, "ns/op")
 }
 
@@ -53,12 +59,17 @@ const benchGoroutines = 64
 
 var payload1K = make([]byte, 1024)
 
-// benchWAL appends n inserts through a WAL.
-func benchWAL(b *testing.B, be jetstream.Backend, codec *messages.Codec, n int) float64 {
+// benchWAL appends n inserts through a WAL, with recovery storage and
+// shard management when storage is not nil.
+func benchWAL(b *testing.B, be jetstream.Backend, codec *messages.Codec, n int, storage *wal.Storage) float64 {
 	ctx := context.Background()
-	p, _ := streamwal.NewPChannel("chain", 0)
+	name := "chain"
+	if storage != nil {
+		name = "stored"
+	}
+	p, _ := streamwal.NewPChannel(name, 0)
 	v, _ := p.VChannel(1, 0)
-	w, err := wal.Open(ctx, wal.Config{Backend: be, Codec: codec, PChannel: p, Term: 1, Oracle: timetick.NewLocalOracle(nil)})
+	w, err := wal.Open(ctx, wal.Config{Backend: be, Codec: codec, PChannel: p, Term: 1, Oracle: timetick.NewLocalOracle(nil), Storage: storage})
 	if err != nil {
 		b.Fatal(err)
 	}

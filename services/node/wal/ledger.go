@@ -35,7 +35,7 @@ type ledger struct {
 	// the messages up to these TimeTicks (a round that wrote the metadata
 	// but not its checkpoint leaves it ahead of the checkpoint).
 	lifeThrough, segsThrough messages.TimeTick
-	log     zerolog.Logger
+	log                      zerolog.Logger
 }
 
 // newLedger returns a ledger that consumes from the message after cp's.
