@@ -127,10 +127,19 @@ func (l *ledger) consume(m *messages.ImmutableMessage) {
 		}
 		l.skipped++
 	}
-	if t == messages.TypeFlush {
+	switch t {
+	case messages.TypeFlush:
 		var b messages.FlushBody
 		if err := m.Body(&b); err == nil {
 			l.uploads = append(l.uploads, b.SegmentIDs...)
+		}
+	case messages.TypeDropCollection:
+		// Its segments are flushed-out without a Flush: store them too, so
+		// that nothing stays unflushed (and holds truncation back).
+		for _, s := range l.segs.Segments() {
+			if s.VChannel == m.VChannel() && s.State == shard.Sealed {
+				l.uploads = append(l.uploads, s.ID)
+			}
 		}
 	}
 }

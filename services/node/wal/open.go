@@ -158,6 +158,14 @@ func (w *WAL) goLive(barrier *messages.ImmutableMessage) error {
 	w.led.skipTo(barrier.ID())
 	w.led.landed(barrier)
 	w.recovery.Skipped = w.led.skipped
+	// Segments whose Flush landed but that a crash kept from the object
+	// store: store them now.
+	w.led.uploads = w.led.uploads[:0]
+	for _, s := range w.led.segs.Segments() {
+		if s.State == shard.Sealed && s.FlushedAt > 0 {
+			w.led.uploads = append(w.led.uploads, s.ID)
+		}
+	}
 	if err := w.life.Restore(w.led.life.Export()); err != nil {
 		return err
 	}

@@ -121,7 +121,7 @@ func (w *WAL) stampSegment(op *appendOp, i int, m *messages.MutableMessage) erro
 	if tc := m.Txn(); tc != nil && !op.whole {
 		holder = tc.ID
 	}
-	if err := w.segs.Stamp(id, rowsOf(d), uint64(len(m.Payload())), holder, op.tts[i].Physical()); err != nil {
+	if err := w.segs.Stamp(id, rowsOf(d), shard.InsertBytes(m), holder, op.tts[i].Physical()); err != nil {
 		return streamwal.Errorf(streamwal.CodeInternal, "assign an insert to segment %d: %w", id, err)
 	}
 	if holder != 0 {
@@ -139,23 +139,32 @@ func (shardInterceptor) finish(w *WAL, op *appendOp, _ int) {
 	if w.segs == nil {
 		return
 	}
-	ok := op.outcome == landed
 	for i, id := range op.segs {
 		if id == 0 {
 			continue
 		}
 		m := op.msgs[i]
+		// A message deduplicated to one stored before did not land.
+		ok := op.outcome == landed && op.ids[i] > op.tail
 		var at messages.MessageID
 		if ok {
 			at = op.ids[i]
 		}
-		w.segs.Resolve(id, rowsOf(m.Header().DML), uint64(len(m.Payload())), ok, at, op.tts[i])
+		w.segs.Resolve(id, rowsOf(m.Header().DML), shard.InsertBytes(m), ok, at, op.tts[i])
 	}
-	if op.outcome == refused || op.outcome == lost {
-		// Its CreateSegments did not land either: those segments never
-		// existed.
+	if op.outcome != landed {
+		// Its CreateSegments did not land, or may not have: later inserts
+		// go to new segments.
 		for _, id := range op.created {
-			w.segs.Forget(id)
+			w.segs.CreateFailed(id)
+		}
+		return
+	}
+	for i, m := range op.msgs {
+		if m.Type() == messages.TypeDropCollection && op.ids[i] > op.tail {
+			if err := w.segs.Dropped(m.VChannel(), op.ids[i]); err != nil {
+				w.log.Warn().Err(err).Str("vchannel", m.VChannel().String()).Msg("segments of a dropped collection")
+			}
 		}
 	}
 }
@@ -190,8 +199,13 @@ func (w *WAL) appendFlush(ctx context.Context, f shard.Flush) error {
 	if err != nil {
 		return err
 	}
-	_, err = w.run(ctx, &appendOp{msgs: []*messages.MutableMessage{m}, internal: true})
-	return err
+	out, err := w.run(ctx, &appendOp{msgs: []*messages.MutableMessage{m}, internal: true})
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.segs.FlushLanded(f, out[0].ID())
 }
 
 // releaseHolds tells the shard manager of the transactions with rows in

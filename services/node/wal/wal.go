@@ -263,6 +263,11 @@ func (w *WAL) Close() error {
 			w.log.Warn().Msg("appends still in flight after the close budget")
 		}
 		w.finalRound()
+		if w.segs != nil {
+			w.mu.Lock()
+			_ = w.segs.Restore(nil, 0) // gives its growing bytes back to the node's memory account
+			w.mu.Unlock()
+		}
 	})
 	return nil
 }
