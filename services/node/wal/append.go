@@ -56,6 +56,7 @@ type appendOp struct {
 	preIDs  []messages.MessageID
 	created []int64
 	segs    []int64
+	shares  []share
 	frozen  []*messages.ImmutableMessage
 }
 

@@ -85,12 +85,45 @@ func (shardInterceptor) stamp(w *WAL, op *appendOp) error {
 	if w.segs == nil {
 		return nil
 	}
+	op.shares = unitShares(op)
 	for i, m := range op.msgs {
 		if err := w.stampSegment(op, i, m); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// share is what an insert counts in its segment: rows and bytes.
+type share struct{ rows, bytes uint64 }
+
+// unitShares says what each insert of op counts in its segment. The
+// inserts of one op into one partition land together, in one atomic unit,
+// and no segment can be opened in the middle of it (its CreateSegment
+// would land after inserts with later TimeTicks): they are stamped as one,
+// the last of them with all their rows and bytes and the others with
+// none, so that none fills the segment before the others are in it.
+func unitShares(op *appendOp) []share {
+	out := make([]share, len(op.msgs))
+	type part struct {
+		v streamwal.VChannel
+		p int64
+	}
+	last := map[part]int{}
+	sum := map[part]share{}
+	for i, m := range op.msgs {
+		if !assignable(m) {
+			continue
+		}
+		k := part{m.VChannel(), partitionOf(m.Header().DML)}
+		last[k] = i
+		s := sum[k]
+		sum[k] = share{s.rows + rowsOf(m.Header().DML), s.bytes + shard.InsertBytes(m)}
+	}
+	for k, i := range last {
+		out[i] = sum[k]
+	}
+	return out
 }
 
 // stampSegment assigns message i of op, or seals what it covers.
@@ -121,7 +154,7 @@ func (w *WAL) stampSegment(op *appendOp, i int, m *messages.MutableMessage) erro
 	if tc := m.Txn(); tc != nil && !op.whole {
 		holder = tc.ID
 	}
-	if err := w.segs.Stamp(id, rowsOf(d), shard.InsertBytes(m), holder, op.tts[i].Physical()); err != nil {
+	if err := w.segs.Stamp(id, op.shares[i].rows, op.shares[i].bytes, holder, op.tts[i].Physical()); err != nil {
 		return streamwal.Errorf(streamwal.CodeInternal, "assign an insert to segment %d: %w", id, err)
 	}
 	if holder != 0 {
@@ -143,14 +176,13 @@ func (shardInterceptor) finish(w *WAL, op *appendOp, _ int) {
 		if id == 0 {
 			continue
 		}
-		m := op.msgs[i]
 		// A message deduplicated to one stored before did not land.
 		ok := op.outcome == landed && op.ids[i] > op.tail
 		var at messages.MessageID
 		if ok {
 			at = op.ids[i]
 		}
-		w.segs.Resolve(id, rowsOf(m.Header().DML), shard.InsertBytes(m), ok, at, op.tts[i])
+		w.segs.Resolve(id, op.shares[i].rows, op.shares[i].bytes, ok, at, op.tts[i])
 	}
 	if op.outcome != landed {
 		// Its CreateSegments did not land, or may not have: later inserts
