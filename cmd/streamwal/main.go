@@ -3,8 +3,11 @@
 //	streamwal serve                    an embedded NATS server with a coordinator and a node
 //	streamwal status                   the coordinator, the nodes and every PChannel
 //	streamwal collection create|drop   a collection's lifecycle (broadcasts)
+//	streamwal collection flush         seal a collection's growing segments (ManualFlush)
 //	streamwal append                   append to a VChannel (arguments or standard input)
 //	streamwal tail                     follow a VChannel or PChannel in TimeTick order
+//	streamwal segments                 a VChannel's segments: growing, sealed, flushed
+//	streamwal pchannel accept-loss     consent to serve a PChannel that lost history
 //	streamwal bench                    workloads against raw JetStream on the same server
 //
 // Run `streamwal help <command>` for the flags of each command.

@@ -85,8 +85,10 @@ func newStatusCmd() *cobra.Command {
 }
 
 // printStatus renders the status as text: a PChannel serves only while
-// its owner confirms it (SERVING), and a summary line names those that
-// do not.
+// its owner confirms it (SERVING), a summary line names those that do
+// not, and an error line per PChannel says why its last open failed.
+// FIRST is the first message its stream keeps; CKPT AGE is the age of its
+// owner's last persisted checkpoint ("-" before the first).
 func printStatus(w io.Writer, st client.Status) error {
 	fmt.Fprintf(w, "coordinator: %s (epoch %d, view version %d)\n", st.View.Leader, st.View.Epoch, st.View.Version)
 	fmt.Fprintf(w, "nodes:       %s\n", strings.Join(st.View.Nodes, ", "))
@@ -103,30 +105,46 @@ func printStatus(w io.Writer, st client.Status) error {
 		fmt.Fprintf(w, "serving:     %d of %d PChannels; NOT SERVING (appends to them wait): %s\n",
 			len(st.Channels)-len(unserved), len(st.Channels), strings.Join(unserved, ", "))
 	}
+	for _, ch := range st.Channels {
+		if ch.Error != "" {
+			fmt.Fprintf(w, "error:       %s: %s\n", ch.PChannel, ch.Error)
+		}
+		if ch.StorageError != "" {
+			fmt.Fprintf(w, "error:       %s: recovery storage: %s\n", ch.PChannel, ch.StorageError)
+		}
+	}
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
-	t.AppendHeader(table.Row{"PChannel", "State", "Serving", "Since", "Owner", "Term", "VChannels", "Last MessageID", "Last TimeTick"})
+	t.AppendHeader(table.Row{"PChannel", "State", "Serving", "Since", "Owner", "Term", "VChannels", "First", "Last MessageID", "Last TimeTick", "Ckpt Age"})
 	for _, ch := range st.Channels {
-		tt := "-"
-		if ch.LastTimeTick != 0 {
-			tt = ch.LastTimeTick.String()
-		}
-		serving, since := "no", "-"
-		if ch.Serving {
-			serving = "yes"
-		}
-		if !ch.Since.IsZero() {
-			since = ch.Since.UTC().Format("2006-01-02T15:04:05Z")
-		}
-		t.AppendRow(table.Row{ch.PChannel, ch.State, serving, since, ch.Node, ch.Term, ch.VChannels, ch.LastID, tt})
+		t.AppendRow(statusRow(ch))
 	}
 	t.Render()
 	return nil
 }
 
-// newCollectionCmd is `streamwal collection create|drop`.
+// statusRow is one PChannel's row of the status table.
+func statusRow(ch client.ChannelStatus) table.Row {
+	tt, serving, since, age := "-", "no", "-", "-"
+	if ch.LastTimeTick != 0 {
+		tt = ch.LastTimeTick.String()
+	}
+	if ch.Serving {
+		serving = "yes"
+	}
+	if !ch.Since.IsZero() {
+		since = ch.Since.UTC().Format("2006-01-02T15:04:05Z")
+	}
+	if ch.Checkpoint != nil {
+		age = ch.Checkpoint.AgeDuration().Round(time.Second).String()
+	}
+	return table.Row{ch.PChannel, ch.State, serving, since, ch.Node, ch.Term, ch.VChannels, ch.FirstID, ch.LastID, tt, age}
+}
+
+// newCollectionCmd is `streamwal collection create|drop|flush`.
 func newCollectionCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "collection", Short: "Create or drop a collection"}
+	cmd := &cobra.Command{Use: "collection", Short: "Create, drop or flush a collection"}
+	cmd.AddCommand(newCollectionFlushCmd())
 	for _, op := range []string{"create", "drop"} {
 		f := &connFlags{}
 		col := &client.Collection{}

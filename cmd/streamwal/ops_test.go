@@ -43,10 +43,16 @@ type cluster struct {
 // on a fresh server with a free port and waits until it serves.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterWith(t, node.Config{SyncInterval: testSyncInterval})
+}
+
+// newClusterWith is newCluster with the node configured by cfg.
+func newClusterWith(t *testing.T, cfg node.Config) *cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sys, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir(), Port: 0},
-		Node: node.Config{SyncInterval: testSyncInterval}})
+		Node: cfg})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
@@ -193,7 +199,8 @@ func requireOneLineError(t *testing.T, err error, what string) {
 	require.NotEmpty(t, strings.TrimSpace(err.Error()), what)
 }
 
-// readAll reads a VChannel from the start until n messages came.
+// readAll reads a VChannel from the start until n messages came, leaving
+// out the node's own segment messages (CreateSegment, Flush).
 func readAll(t *testing.T, cl *client.Client, v streamwal.VChannel, n int) []*messages.ImmutableMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -205,12 +212,17 @@ func readAll(t *testing.T, cl *client.Client, v streamwal.VChannel, n int) []*me
 	for len(out) < n {
 		m, err := s.Next(ctx)
 		require.NoError(t, err, "read %d of %d messages", len(out), n)
+		if m.Type() == messages.TypeCreateSegment || m.Type() == messages.TypeFlush {
+			continue
+		}
 		out = append(out, m)
 	}
 	return out
 }
 
-var tableRow = regexp.MustCompile(`(?m)^\| pchan-\d+ +\| (\S+) +\| (\S+) +\| (\S+) +\| (\S*) +\| +(\d+) \| +(\d+) \| +(\d+) \| (\S+) +\|$`)
+// tableRow is a row of the status table: state, serving, since, owner,
+// term, vchannels, first, last MessageID, last TimeTick, checkpoint age.
+var tableRow = regexp.MustCompile(`(?m)^\| pchan-\d+ +\| (\S+) +\| (\S+) +\| (\S+) +\| (\S*) +\| +(\d+) \| +(\d+) \| +(\d+) \| +(\d+) \| (\S+) +\| (\S+) +\|$`)
 
 // A PChannel that cannot take writes is visibly not serving: here every
 // one of them, once the only node is gone.
@@ -248,7 +260,7 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	require.Regexp(t, `(?m)^nodes: +node-\d+$`, out)
 	require.Regexp(t, `(?m)^cchannel: +pchan-0_vcchan$`, out)
 	require.Regexp(t, `(?m)^serving: +all 16 PChannels$`, out)
-	require.Contains(t, out, "| PCHANNEL | STATE    | SERVING | SINCE                | OWNER  | TERM | VCHANNELS | LAST MESSAGEID |")
+	require.Regexp(t, `\| PCHANNEL \| STATE    \| SERVING \| SINCE                \| OWNER  \| TERM \| VCHANNELS \| FIRST \| LAST MESSAGEID \| LAST TIMETICK +\| CKPT AGE \|`, out)
 	rows := tableRow.FindAllStringSubmatch(out, -1)
 	require.Len(t, rows, 16, out)
 	vchannels := 0
@@ -259,8 +271,9 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 		require.NoError(t, err, "since")
 		require.NotEmpty(t, r[4], "owner")
 		require.NotEqual(t, "0", r[5], "term")
-		require.NotEqual(t, "0", r[7], "every stream has its RecoveryBarrier")
-		require.NotEqual(t, "-", r[8], "last TimeTick")
+		require.NotEqual(t, "0", r[7], "first: every stream keeps its RecoveryBarrier")
+		require.NotEqual(t, "0", r[8], "every stream has its RecoveryBarrier")
+		require.NotEqual(t, "-", r[9], "last TimeTick")
 		n := 0
 		fmt.Sscan(r[6], &n)
 		vchannels += n
@@ -420,8 +433,8 @@ func TestTailInTimeTickOrderWithTransactionsAssembled(t *testing.T) {
 	require.NoError(t, err)
 	c.mustRun(t, "three\n", "append", "--vchannel", v.String())
 
-	// Text.
-	out := c.mustRun(t, "", "tail", "--vchannel", v.String(), "--from-start", "--limit", "5")
+	// Text: the node's CreateSegment comes before the first insert.
+	out := c.mustRun(t, "", "tail", "--vchannel", v.String(), "--from-start", "--limit", "6")
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	line := regexp.MustCompile(`^(\d+) (\S+) (\w+) (\S+) (".*")$`)
 	body0 := regexp.MustCompile(`^    (\d+) (\S+) (\w+) (".*")$`)
@@ -437,14 +450,14 @@ func TestTailInTimeTickOrderWithTransactionsAssembled(t *testing.T) {
 		types = append(types, m[3])
 		payloads = append(payloads, m[5])
 	}
-	require.Equal(t, []string{"CreateCollection", "Insert", "Insert", "Txn", "Insert"}, types, out)
-	require.Equal(t, []string{`"one"`, `"two"`, `""`, `"three"`}, payloads[1:])
+	require.Equal(t, []string{"CreateCollection", "CreateSegment", "Insert", "Insert", "Txn", "Insert"}, types, out)
+	require.Equal(t, []string{`"one"`, `"two"`, `""`, `"three"`}, payloads[2:])
 	require.Equal(t, []string{`Insert "t1"`, `Insert "t2"`}, bodies, out)
 
 	// JSON: the same messages, in TimeTick order.
-	out = c.mustRun(t, "", "tail", "--vchannel", v.String(), "--from-start", "--limit", "5", "--json")
+	out = c.mustRun(t, "", "tail", "--vchannel", v.String(), "--from-start", "--limit", "6", "--json")
 	msgs := jsonLines[tailJSON](t, out)
-	require.Len(t, msgs, 5)
+	require.Len(t, msgs, 6)
 	for i, m := range msgs {
 		require.Equal(t, v.String(), m.VChannel)
 		require.Equal(t, m.TimeTick.String(), m.Time)
@@ -452,7 +465,7 @@ func TestTailInTimeTickOrderWithTransactionsAssembled(t *testing.T) {
 			require.Greater(t, m.TimeTick, msgs[i-1].TimeTick, "TimeTick order")
 		}
 	}
-	tx := msgs[3]
+	tx := msgs[4]
 	require.Equal(t, "Txn", tx.Type)
 	require.Equal(t, commit.ID, tx.ID, "the Txn is read at its commit")
 	require.Equal(t, commit.TimeTick, tx.TimeTick)
@@ -462,18 +475,20 @@ func TestTailInTimeTickOrderWithTransactionsAssembled(t *testing.T) {
 		require.Equal(t, []string{"t1", "t2"}[i], b.Payload)
 		require.Less(t, b.TimeTick, tx.TimeTick)
 	}
-	require.Equal(t, "three", msgs[4].Payload)
+	require.Equal(t, "three", msgs[5].Payload)
 
 	// A PChannel: every VChannel on it (and the CChannel on pchan-0), still
 	// in TimeTick order.
 	p := vs[1].PChannel()
-	out = c.mustRun(t, "", "tail", "--pchannel", p.String(), "--from-start", "--limit", "2", "--json")
+	out = c.mustRun(t, "", "tail", "--pchannel", p.String(), "--from-start", "--limit", "3", "--json")
 	pm := jsonLines[tailJSON](t, out)
-	require.Len(t, pm, 2)
+	require.Len(t, pm, 3)
 	require.Equal(t, "CreateCollection", pm[0].Type)
-	require.Equal(t, "Insert", pm[1].Type)
-	require.Equal(t, "elsewhere", pm[1].Payload)
-	require.Equal(t, vs[1].String(), pm[1].VChannel)
+	require.Equal(t, "CreateSegment", pm[1].Type)
+	require.Equal(t, "Insert", pm[2].Type)
+	require.Equal(t, "elsewhere", pm[2].Payload)
+	require.Equal(t, vs[1].String(), pm[2].VChannel)
+	require.Greater(t, pm[2].TimeTick, pm[1].TimeTick)
 	require.Greater(t, pm[1].TimeTick, pm[0].TimeTick)
 
 	// Without --from-start, tail follows what lands from now on.
@@ -498,7 +513,7 @@ func TestTailInTimeTickOrderWithTransactionsAssembled(t *testing.T) {
 	require.Len(t, lm, 1)
 	require.Equal(t, "Insert", lm[0].Type)
 	require.True(t, strings.HasPrefix(lm[0].Payload, "live-"), lm[0].Payload)
-	require.Greater(t, lm[0].TimeTick, msgs[4].TimeTick)
+	require.Greater(t, lm[0].TimeTick, msgs[5].TimeTick)
 
 	// --timeout ends a tail that has nothing more to print, without error.
 	out, err = c.run(t, "", "tail", "--vchannel", vs[1].String(), "--timeout", "300ms")

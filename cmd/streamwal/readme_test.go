@@ -11,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal/services/node"
+	"github.com/streamwal/streamwal/services/node/recovery"
 )
 
 // walkthroughHeading starts the README's walkthrough section; it ends at
@@ -209,7 +212,11 @@ type natsSub struct {
 // subscribes to receives messages).
 func TestREADMEWalkthrough(t *testing.T) {
 	fences := walkthroughFences(t)
-	c := newCluster(t)
+	// No checkpoint before the walkthrough's status however slow the
+	// machine (the default cadence persists 10 s after a change), so
+	// that its CKPT AGE column is "-" as the README shows.
+	c := newClusterWith(t, node.Config{SyncInterval: testSyncInterval,
+		Recovery: node.RecoveryOptions{Cadence: recovery.Cadence{Interval: time.Hour}}})
 	var subs []natsSub
 	seen := map[string]bool{}
 	ran := 0

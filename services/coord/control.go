@@ -404,10 +404,14 @@ func (ctl *control) setServing(a *wire.Assignment, serving bool) {
 	ctl.put(a)
 }
 
-// markServing changes Serving and its Since in memory.
+// markServing changes Serving and its Since in memory; a confirmed
+// PChannel has no open error any more.
 func (ctl *control) markServing(a *wire.Assignment, serving bool) {
 	if a.Serving != serving {
 		a.Serving, a.Since = serving, time.Now().UTC()
+	}
+	if serving {
+		a.Error = ""
 	}
 }
 
@@ -528,6 +532,7 @@ func (ctl *control) onResult(r opResult) {
 	switch {
 	case r.err != nil:
 		log.Warn().Err(r.err).Msg("assignment failed")
+		a.Error = r.err.Error()
 		ctl.setState(a, "", wire.Unavailable)
 		return
 	case !alive:

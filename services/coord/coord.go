@@ -58,7 +58,11 @@
 //   - a heartbeat at least as new as a PChannel's confirmation that does
 //     not list it (the WAL was fenced or failed) reassigns it, and so does
 //     an owner that does not confirm it within the open timeout;
-//   - losing a node cancels the opens under way on it.
+//   - losing a node cancels the opens under way on it;
+//   - an open that fails (the node refuses it, say with HISTORY_LOST, or
+//     the request fails) records why on the assignment (Error), which
+//     stays through the next attempts until an owner confirms the
+//     PChannel.
 //
 // With Config.ReclaimLease, a coordinator that can prove its previous
 // incarnation is gone takes over the lease that incarnation left at once.

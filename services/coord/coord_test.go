@@ -762,6 +762,7 @@ type fakeNode struct {
 	version  uint64
 	opens    []wire.OpenRequest
 	problems []string
+	refuse   map[string]error // opens it refuses: PChannel -> why
 	subs     []*nats.Subscription
 	stop     chan struct{}
 	done     chan struct{}
@@ -795,7 +796,14 @@ func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 			n.opens = append(n.opens, req)
 			n.mu.Unlock()
 		}
-		_ = wire.Respond(m, n.serve(req.PChannel, req.Term), err)
+		if err == nil {
+			err = n.refusal(req.PChannel)
+		}
+		if err != nil {
+			_ = wire.Respond(m, nil, err)
+			return
+		}
+		_ = wire.Respond(m, n.serve(req.PChannel, req.Term), nil)
 	})
 	require.NoError(t, err)
 	cl, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeClose), func(m *nats.Msg) {

@@ -3,6 +3,7 @@ package coord
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,4 +253,100 @@ func TestLosingANodeCancelsItsOpens(t *testing.T) {
 	again := e.nodeSession("n1", "s2")
 	e.waitServing("n1", 2)
 	require.Empty(t, again.problemsOf())
+}
+
+// refuseOpens makes the node refuse every open of p with why (nil: accept
+// them again).
+func (n *fakeNode) refuseOpens(p string, why error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.refuse == nil {
+		n.refuse = map[string]error{}
+	}
+	if why == nil {
+		delete(n.refuse, p)
+		return
+	}
+	n.refuse[p] = why
+}
+
+// refusal is why the node refuses an open of p (nil: it accepts).
+func (n *fakeNode) refusal(p string) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.refuse[p]
+}
+
+// channelOf is p in v (zero if v has none).
+func channelOf(v wire.View, p string) wire.Assignment {
+	for _, a := range v.Channels {
+		if a.PChannel == p {
+			return a
+		}
+	}
+	return wire.Assignment{}
+}
+
+// storedError is the Error of p's assignment in the assignments bucket.
+func (e *env) storedError(p string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pc, err := streamwal.ParsePChannel(p)
+	if err != nil {
+		return ""
+	}
+	ent, err := e.kv(streamwal.BucketAssignments).Get(ctx, streamwal.AssignmentKey(pc))
+	if err != nil {
+		return ""
+	}
+	var a wire.Assignment
+	if json.Unmarshal(ent.Value(), &a) != nil {
+		return ""
+	}
+	return a.Error
+}
+
+// A node's refusal to open a PChannel (here HISTORY_LOST) is recorded on
+// the assignment, in the view and in the assignments bucket, while the
+// PChannel is not served, through the coordinator's next attempts; it is
+// cleared once an owner confirms the PChannel.
+func TestOpenErrorIsRecordedUntilServed(t *testing.T) {
+	e := newEnv(t)
+	c := e.start("a")
+	e.waitActive(5*time.Second, c)
+	n := e.nodeSession("n1", "s1")
+	lost := streamwal.Errorf(streamwal.CodeHistoryLost, "pchan-2: the stream ends at 3 but MessageIDs up to 9 were handed out")
+	n.refuseOpens("pchan-2", lost)
+
+	var a wire.Assignment
+	require.Eventually(t, func() bool {
+		a = channelOf(e.status(), "pchan-2")
+		return a.Error != ""
+	}, 10*time.Second, poll, "the refusal never showed")
+	require.Contains(t, a.Error, string(streamwal.CodeHistoryLost))
+	require.Contains(t, a.Error, "MessageIDs up to 9")
+	require.False(t, a.Serving)
+	require.Eventually(t, func() bool {
+		return strings.Contains(e.storedError("pchan-2"), string(streamwal.CodeHistoryLost))
+	}, 10*time.Second, poll, "the refusal was never persisted")
+	// Later attempts keep it: it stays while the PChannel is not served.
+	opens := n.openCount()
+	require.Eventually(t, func() bool { return n.openCount() > opens+2 }, 10*time.Second, poll)
+	a = channelOf(e.status(), "pchan-2")
+	require.Contains(t, a.Error, string(streamwal.CodeHistoryLost))
+	for _, ch := range e.status().Channels {
+		if ch.PChannel != "pchan-2" && ch.Serving {
+			require.Empty(t, ch.Error, ch.PChannel)
+		}
+	}
+
+	n.refuseOpens("pchan-2", nil)
+	require.Eventually(t, func() bool {
+		a = channelOf(e.status(), "pchan-2")
+		return a.Serving
+	}, 10*time.Second, poll, "never served once the node accepted")
+	require.Empty(t, a.Error)
+	require.Eventually(t, func() bool { return e.storedError("pchan-2") == "" }, 10*time.Second, poll,
+		"the refusal stayed persisted")
+	require.Empty(t, n.problemsOf())
 }

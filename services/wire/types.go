@@ -182,6 +182,10 @@ type Assignment struct {
 	// its owner confirms it.
 	Serving bool      `json:"serving"`
 	Since   time.Time `json:"since"`
+	// Error is why the last open of the PChannel failed (the node's
+	// refusal, such as HISTORY_LOST, or the request's failure), kept
+	// while it is not served and cleared once an owner confirms it.
+	Error string `json:"error,omitempty"`
 }
 
 // View is the versioned assignment view clients and operators watch.

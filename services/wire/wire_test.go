@@ -741,3 +741,18 @@ func BenchmarkAppendCodec(b *testing.B) {
 		report(b, size)
 	})
 }
+
+// An assignment's open error is in its JSON only when there is one, so
+// records written before it existed and records of served PChannels read
+// the same.
+func TestAssignmentErrorJSON(t *testing.T) {
+	data, err := json.Marshal(wire.Assignment{PChannel: "pchan-1", State: wire.Assigned})
+	require.NoError(t, err)
+	require.NotContains(t, string(data), `"error"`)
+	data, err = json.Marshal(wire.Assignment{PChannel: "pchan-1", State: wire.Unavailable, Error: "HISTORY_LOST: lost"})
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"error":"HISTORY_LOST: lost"`)
+	var a wire.Assignment
+	require.NoError(t, json.Unmarshal([]byte(`{"pchannel":"pchan-1","term":2,"state":"ASSIGNED","vchannels":0,"epoch":1}`), &a))
+	require.Empty(t, a.Error)
+}
