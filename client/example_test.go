@@ -98,6 +98,8 @@ func Example() {
 		case messages.TypeInsert:
 			fmt.Printf("Insert %q\n", m.Payload())
 		default:
+			// DDL, and the WAL's own messages: the CreateSegment that
+			// opened the segment the first insert went to.
 			fmt.Println(m.Type())
 		}
 		if m.ID() == commit.ID {
@@ -106,6 +108,7 @@ func Example() {
 	}
 	// Output:
 	// CreateCollection
+	// CreateSegment
 	// Insert "order 1"
 	// Txn of 2 messages: "order 2" "order 3"
 }

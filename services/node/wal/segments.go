@@ -66,10 +66,11 @@ func partitionOf(d *messages.DMLHeader) int64 {
 	return d.PartitionID
 }
 
-// rowsOf is how many rows an insert carries (at least one).
+// rowsOf is how many rows an insert declares in its DML header (0 if
+// none), as a replay of the stream counts them.
 func rowsOf(d *messages.DMLHeader) uint64 {
-	if d == nil || d.Rows == 0 {
-		return 1
+	if d == nil {
+		return 0
 	}
 	return d.Rows
 }
