@@ -79,6 +79,11 @@ func (f *AppendFuture) Done() <-chan struct{} { return f.done }
 // Result returns the MessageIDs or the error; valid once Done is closed.
 func (f *AppendFuture) Result() ([]messages.MessageID, error) { return f.seqs, f.err }
 
+// MsgIDs are the message IDs the messages are stored under: the caller's,
+// or one the writer gave a message that had none (which a reader of the
+// stream sees as its message ID).
+func (f *AppendFuture) MsgIDs() []string { return f.ids }
+
 // Wait blocks for the result. If ctx ends first and the sequencer has not
 // started the append, the append is abandoned (never written) and Wait
 // returns ctx's error; if it has started, Wait returns an error matching

@@ -336,10 +336,30 @@ func (w *WAL) noteLanded(op *appendOp) {
 	for i, m := range op.msgs {
 		op.frozen[i] = m.Freeze(op.ids[i])
 		if op.ids[i] > op.tail { // else deduplicated to a message stored before
-			w.led.landed(op.frozen[i])
+			w.led.landed(w.asStored(op, i))
 		}
 	}
 	w.kickStorage()
+}
+
+// asStored is message i of a landed op as a reader of the stream sees it:
+// for the lifecycle DDL the ledger records by message ID, with the ID the
+// writer gave it if the caller gave none (the caller's message is not
+// changed: a retry of it must not carry an ID it never had).
+func (w *WAL) asStored(op *appendOp, i int) *messages.ImmutableMessage {
+	m := op.msgs[i]
+	if m.MsgID() != "" || !changesLifecycle(m.Type()) {
+		return op.frozen[i]
+	}
+	ids := op.fut.MsgIDs()
+	if len(ids) != len(op.pre)+len(op.msgs) {
+		return op.frozen[i]
+	}
+	c := m.Clone()
+	if err := c.SetMsgID(ids[len(op.pre)+i]); err != nil {
+		return op.frozen[i]
+	}
+	return c.Freeze(op.ids[i])
 }
 
 // validate refuses what may never be appended, before anything changes.
