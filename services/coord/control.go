@@ -78,13 +78,29 @@ type control struct {
 	calls     chan func()
 	rebalance bool
 	warned    map[string]time.Time // last warning of an unserved PChannel
+	retry     map[string]retry     // PChannels whose last open failed
 }
+
+// retry is when a PChannel whose opens failed is tried again: after a
+// delay that doubles with every failure in a row, from retryFirst up to
+// retryMax, so that a node refusing a PChannel for good (its history was
+// lost, say) is not asked again and again in a tight loop.
+type retry struct {
+	after time.Time
+	delay time.Duration
+}
+
+// Bounds of the delay between failed opens of a PChannel.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 5 * time.Second
+)
 
 // newControl loads and fences the persisted state.
 func newControl(ctx context.Context, t *term) (*control, error) {
 	c := t.c
 	ctl := &control{t: t, assign: newStore(c.buckets[streamwal.BucketAssignments]), vchan: newStore(c.buckets[streamwal.BucketVChannels]),
-		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]context.CancelFunc{}, warned: map[string]time.Time{},
+		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]context.CancelFunc{}, warned: map[string]time.Time{}, retry: map[string]retry{},
 		events: make(chan nodeEvent, 64), results: make(chan opResult, 64), calls: make(chan func())}
 	if _, err := ctl.assign.load(ctx, streamwal.KeyView, &ctl.view); err != nil {
 		return nil, err
@@ -464,7 +480,7 @@ func (ctl *control) schedule() {
 	ctl.rebalance = false
 	for _, mv := range ctl.t.c.cfg.Policy.Plan(nodes, chans) {
 		name := mv.PChannel.String()
-		if ctl.busy[name] != nil || mv.From != "" && !rebalance {
+		if ctl.busy[name] != nil || mv.From != "" && !rebalance || time.Now().Before(ctl.retry[name].after) {
 			continue
 		}
 		ctl.start(ctl.byName[name], mv.From, mv.To)
@@ -531,7 +547,10 @@ func (ctl *control) onResult(r opResult) {
 	m, alive := ctl.nodes[streamwal.NodeID(r.node)]
 	switch {
 	case r.err != nil:
-		log.Warn().Err(r.err).Msg("assignment failed")
+		next := retry{delay: min(max(2*ctl.retry[r.pchannel].delay, retryFirst), retryMax)}
+		next.after = time.Now().Add(next.delay)
+		ctl.retry[r.pchannel] = next
+		log.Warn().Err(r.err).Dur("retry_in", next.delay).Msg("assignment failed")
 		a.Error = r.err.Error()
 		ctl.setState(a, "", wire.Unavailable)
 		return
@@ -544,6 +563,7 @@ func (ctl *control) onResult(r opResult) {
 		ctl.setState(a, "", wire.Unavailable)
 		return
 	}
+	delete(ctl.retry, r.pchannel)
 	a.Session, a.Version = r.reply.Session, r.reply.Version
 	ctl.markServing(a, true)
 	ctl.setState(a, r.node, wire.Assigned)
