@@ -22,11 +22,27 @@ type Backend interface {
 	// Get reads the message of p stored at id (streamwal.ErrInvalidArgument
 	// wrapping ErrNotStored if there is none).
 	Get(ctx context.Context, p streamwal.PChannel, id messages.MessageID) (*messages.ImmutableMessage, error)
-	// Truncate removes every message of p below id.
+	// Truncate removes every message of p below id (except the newest
+	// RecoveryBarrier, which fences earlier writers), after archiving them
+	// when the backend keeps an archive.
 	Truncate(ctx context.Context, p streamwal.PChannel, below messages.MessageID) error
+	// State reports what p's log holds.
+	State(ctx context.Context, p streamwal.PChannel) (StreamState, error)
 	// Close releases the backend; open writers and scanners keep working
 	// until closed themselves.
 	Close() error
+}
+
+// SegmentStore keeps the messages of flushed segments in object storage
+// (DESIGN.md §10).
+type SegmentStore interface {
+	// WriteSegment stores msgs as the flushed segment m describes; it
+	// computes the manifest's checksum and is idempotent.
+	WriteSegment(ctx context.Context, m SegmentManifest, msgs []*messages.ImmutableMessage) error
+	// Segments lists the flushed segments of v, by segment ID.
+	Segments(ctx context.Context, v streamwal.VChannel) ([]SegmentManifest, error)
+	// ReadSegment reads one flushed segment and verifies its checksum.
+	ReadSegment(ctx context.Context, v streamwal.VChannel, id int64) (SegmentManifest, []*messages.ImmutableMessage, error)
 }
 
 // Writer appends to one PChannel under one term.

@@ -20,7 +20,8 @@ func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 
 // TestConformance runs the conformance suite against the JetStream backend
 // on an embedded file-storage server: once with default options, once with
-// group commit on a server that fsyncs every write.
+// group commit on a server that fsyncs every write, once with an archive
+// of small objects (so that truncations write several and merge them).
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -29,6 +30,7 @@ func TestConformance(t *testing.T) {
 	}{
 		{"default", false, jetstream.Options{}},
 		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}},
+		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			conformance.Run(t, jetStreamHarness(t, c.sync, c.opts))
@@ -64,8 +66,9 @@ func jetStreamHarness(t *testing.T, syncAlways bool, opts jetstream.Options) con
 		return b
 	}
 	return conformance.Harness{
-		New:   func(t *testing.T) jetstream.Backend { return connect(t, opts) },
-		Codec: codec,
+		New:     func(t *testing.T) jetstream.Backend { return connect(t, opts) },
+		Codec:   codec,
+		Archive: opts.Archive,
 		RestartServer: func(t *testing.T) {
 			if err := srv.Restart(); err != nil {
 				t.Fatalf("restart: %v", err)

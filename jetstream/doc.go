@@ -7,8 +7,11 @@
 // [Backend] is what the node's WAL uses: [Backend.OpenWriter] opens a
 // PChannel for writing under a term and returns a [Writer];
 // [Backend.Read] returns a [Scanner] from a [StartPosition] with subject
-// filters; [Backend.Truncate] drops the log below a MessageID. [JetStream]
-// is the implementation; the exported conformance suite (package
+// filters; [Backend.Truncate] drops the log below a MessageID (archiving
+// it first with [Options.Archive]); [Backend.State] says what the log
+// holds. [JetStream] is the implementation; it is also the
+// [SegmentStore] of flushed segments, and [JetStream.Advance] moves a
+// stream past lost history. The exported conformance suite (package
 // jetstream/conformance) is what any implementation must pass.
 //
 // # The sequencer
@@ -110,4 +113,67 @@
 // and after a server restart or reconnect it re-creates itself from the
 // last sequence it delivered, so nothing is lost or repeated. Close and
 // context cancellation stop it promptly.
+//
+// # Tiered storage
+//
+// With [Options.Archive], Truncate keeps what it removes in the object
+// store wal_<c>_segments (created on first use with the backend's storage
+// and replicas), so the log stays readable from its first message
+// (DESIGN.md §10):
+//
+//  1. It copies every message the stream stores from the archive's end A
+//     up to below-1 (never past the stream's last message, so that an
+//     append racing the truncation is neither archived nor purged) into
+//     objects named streamwal.ArchiveObjectName(p, first, last) of at
+//     most [Options.ArchiveObjectBytes] (8 MiB): each object is the
+//     messages framed one after the other, MessageID, subject, headers and
+//     data, as the stream stored them (see frame.go). A range covers IDs,
+//     not counts: IDs the stream no longer held (old barriers) are absent.
+//  2. It records the new end in the index object
+//     streamwal.ArchiveIndexName(p): JSON ranges {first, last, name, count,
+//     bytes, checksum (hex SHA-256)}, contiguous from 1.
+//  3. It purges the stream below the new end as before, keeping the newest
+//     RecoveryBarrier (so the barrier is both archived and in the stream).
+//
+// Every step is safe to repeat after a crash: an object is named in the
+// index's orphans before it is written, and the next truncation deletes
+// the orphans the index does not name; a range indexed but not purged is
+// purged by the next truncation, and reads meanwhile deliver it once. A
+// new range merges the last indexed ranges that are no larger than it
+// while the whole fits in one object (the merged objects are deleted after
+// the index names the new one), so the index keeps about one range per
+// object's worth of messages however often a PChannel is truncated, and
+// each message is rewritten a logarithmic number of times. Truncations of
+// one PChannel are serialized within a backend; run them from one backend
+// only (the owner's), since the index is rewritten without a
+// compare-and-set.
+//
+// A read whose start (Earliest, From, After) lies below A first delivers
+// the archived messages from the start up to A-1, matched against the
+// filters like a consumer's filter subjects, then continues on the stream
+// from A: no gap, no repeat, the same order, and the barrier kept below A
+// is delivered once, from the archive. A goroutine fetches the next object
+// (and checks its checksum) while the caller decodes the current one.
+// When it reaches A it reads the index again and goes on if a truncation
+// moved A meanwhile, and an object merged away under it is found in the
+// newer index. Once on the stream, a scanner is an ordered consumer like
+// any other: a truncation that overtakes it purges messages it has not
+// read yet (truncate below your readers' positions, as DESIGN.md §10
+// says). Get reads a message truncated from the stream from the archive.
+// A start at or above A, Latest, and every read without Archive, are
+// served by the stream alone, exactly as before.
+//
+// [JetStream.State] reports the first message kept (above the truncation
+// point; without an archive, a barrier followed by a gap at the stream's
+// start was kept below it), the last, their count and the archive's end.
+// [JetStream.Advance] is for an operator accepting lost history: it
+// archives what the stream holds and purges it whole with a sequence, so
+// that the next message stored gets the ID asked for.
+//
+// Flushed segments ([SegmentStore]) use the same object store and
+// framing: one object per segment (streamwal.SegmentObjectName), its
+// [SegmentManifest] as JSON in the object's metadata, its checksum the
+// SHA-256 of the object. The messages are re-encoded from their immutable
+// form and checked to decode back to themselves. Segments lists the whole
+// object store.
 package jetstream

@@ -27,6 +27,15 @@ type JetStream struct {
 	mu          sync.Mutex
 	provisioned map[streamwal.PChannel]bool
 	closed      bool
+	// indexes caches the archive index of each PChannel read last.
+	indexes map[streamwal.PChannel]cachedIndex
+	// archiveMu serializes the truncations of each PChannel.
+	archiveMu map[streamwal.PChannel]*sync.Mutex
+	// recent is the archived object read last by Get.
+	recent recentObject
+
+	objMu sync.Mutex
+	obs   njs.ObjectStore
 }
 
 var _ Backend = (*JetStream)(nil)
@@ -49,6 +58,8 @@ func New(nc *nats.Conn, codec *messages.Codec, opts Options) (*JetStream, error)
 		nc: nc, js: js, codec: codec, opts: opts,
 		log:         logging.Component(opts.Logger, "wal-backend"),
 		provisioned: map[streamwal.PChannel]bool{},
+		indexes:     map[streamwal.PChannel]cachedIndex{},
+		archiveMu:   map[streamwal.PChannel]*sync.Mutex{},
 	}, nil
 }
 
@@ -141,6 +152,10 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 			return nil, classify(fmt.Errorf("read %s: %w", p, err))
 		}
 		opts.Start = After(messages.MessageID(s.CachedInfo().State.LastSeq))
+	} else if b.opts.Archive {
+		if sc, ok, err := b.readArchived(ctx, p, opts); ok || err != nil {
+			return sc, err
+		}
 	}
 	return newScanner(ctx, b, p, opts)
 }
@@ -148,7 +163,8 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 // ErrNotStored: no message is stored at the MessageID asked for.
 var ErrNotStored = errors.New("no message stored at that id")
 
-// Get implements Backend.
+// Get implements Backend. With Options.Archive, a message truncated from
+// the stream is read from the archive.
 func (b *JetStream) Get(ctx context.Context, p streamwal.PChannel, id messages.MessageID) (*messages.ImmutableMessage, error) {
 	if err := b.checkOpen(p); err != nil {
 		return nil, err
@@ -161,6 +177,12 @@ func (b *JetStream) Get(ctx context.Context, p streamwal.PChannel, id messages.M
 		return nil, classify(fmt.Errorf("get %s/%d: %w", p, id, err))
 	}
 	raw, err := s.GetMsg(ctx, uint64(id))
+	if errors.Is(err, njs.ErrMsgNotFound) && b.opts.Archive {
+		m, err := b.archivedGet(ctx, p, id)
+		if m != nil || err != nil {
+			return m, err
+		}
+	}
 	if errors.Is(err, njs.ErrMsgNotFound) {
 		return nil, invalidArg("get %s/%d: %w", p, id, ErrNotStored)
 	}
@@ -183,7 +205,9 @@ func (b *JetStream) checkFilters(p streamwal.PChannel, filters []string) error {
 }
 
 // Truncate removes every message of p below id, except the newest
-// RecoveryBarrier, which fences earlier writers and must stay.
+// RecoveryBarrier, which fences earlier writers and must stay. With
+// Options.Archive it first archives what it removes (see the package doc,
+// Tiered storage) and never removes a message appended after it started.
 func (b *JetStream) Truncate(ctx context.Context, p streamwal.PChannel, below messages.MessageID) error {
 	if err := b.checkOpen(p); err != nil {
 		return err
@@ -191,13 +215,35 @@ func (b *JetStream) Truncate(ctx context.Context, p streamwal.PChannel, below me
 	if below == 0 {
 		return invalidArg("truncate below message id 0")
 	}
-	if err := b.Provision(ctx, p); err != nil {
+	s, err := b.stream(ctx, p)
+	if err != nil {
 		return err
+	}
+	l := b.archiveLock(p)
+	l.Lock()
+	defer l.Unlock()
+	if b.opts.Archive {
+		if below, err = b.archiveBelow(ctx, s, p, below); err != nil || below == 0 {
+			return err
+		}
+	}
+	return b.purgeBelow(ctx, s, p, below)
+}
+
+// stream provisions p's stream and returns it.
+func (b *JetStream) stream(ctx context.Context, p streamwal.PChannel) (njs.Stream, error) {
+	if err := b.Provision(ctx, p); err != nil {
+		return nil, err
 	}
 	s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
 	if err != nil {
-		return classify(fmt.Errorf("truncate %s: %w", p, err))
+		return nil, classify(fmt.Errorf("stream of %s: %w", p, err))
 	}
+	return s, nil
+}
+
+// purgeBelow purges every message of p below id but the newest barrier.
+func (b *JetStream) purgeBelow(ctx context.Context, s njs.Stream, p streamwal.PChannel, below messages.MessageID) error {
 	for _, f := range b.truncateFilters(p) {
 		if err := s.Purge(ctx, njs.WithPurgeSubject(f), njs.WithPurgeSequence(uint64(below))); err != nil {
 			return classify(fmt.Errorf("truncate %s below %d (%s): %w", p, below, f, err))

@@ -60,6 +60,13 @@ type Options struct {
 	GroupCommit bool
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
+	// Archive keeps what Truncate removes in the object store (tiered
+	// storage): reads that start below the truncation point read it there
+	// first, then continue on the stream. Default off.
+	Archive bool
+	// ArchiveObjectBytes bounds the size of one archived object (default
+	// DefaultArchiveObjectBytes, 8 MiB; a larger message goes alone).
+	ArchiveObjectBytes int
 	// PChannels, when set, are the only PChannels the backend serves;
 	// any other is an invalid argument.
 	PChannels []streamwal.PChannel
@@ -95,6 +102,9 @@ func (o Options) withDefaults(codec *messages.Codec) Options {
 	if o.AckTimeout == 0 {
 		o.AckTimeout = DefaultAckTimeout
 	}
+	if o.ArchiveObjectBytes == 0 {
+		o.ArchiveObjectBytes = DefaultArchiveObjectBytes
+	}
 	return o
 }
 
@@ -115,6 +125,8 @@ func (o Options) validate() error {
 		return invalidArg("max in flight messages %d must be positive", o.MaxInFlightMsgs)
 	case o.AckTimeout < 10*time.Millisecond:
 		return invalidArg("ack timeout %v must be at least 10ms", o.AckTimeout)
+	case o.ArchiveObjectBytes < 1024:
+		return invalidArg("archive object bytes %d must be at least 1 KiB", o.ArchiveObjectBytes)
 	}
 	return nil
 }

@@ -81,9 +81,15 @@ func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 
 // All implements Scanner.
 func (s *scanner) All(ctx context.Context) iter.Seq2[*messages.ImmutableMessage, error] {
+	return all(ctx, s.Next)
+}
+
+// all iterates next until ctx ends, the scanner closes or an error occurs;
+// the error, if any, is the last pair.
+func all(ctx context.Context, next func(context.Context) (*messages.ImmutableMessage, error)) iter.Seq2[*messages.ImmutableMessage, error] {
 	return func(yield func(*messages.ImmutableMessage, error) bool) {
 		for {
-			m, err := s.Next(ctx)
+			m, err := next(ctx)
 			if err != nil {
 				yield(nil, err)
 				return

@@ -166,6 +166,8 @@ func (e *env) testBadArguments(t *testing.T) {
 	t.Run("Truncate", func(t *testing.T) {
 		expectCode(t, "truncate below 0", b.Truncate(ctx, p, 0), streamwal.ErrInvalidArgument)
 		expectCode(t, "truncate the zero pchannel", b.Truncate(ctx, streamwal.PChannel{}, 5), streamwal.ErrInvalidArgument)
+		_, err := b.State(ctx, streamwal.PChannel{})
+		expectCode(t, "state of the zero pchannel", err, streamwal.ErrInvalidArgument)
 		written("bad truncations")
 		got := mustReadRange(ctx, t, b, p, jetstream.ReadOptions{Start: jetstream.Earliest()}, w.Barrier().ID())
 		sameIDs(t, "earliest after bad truncations", got, []messages.MessageID{w.Barrier().ID()})
@@ -190,6 +192,8 @@ func (e *env) testBadArguments(t *testing.T) {
 			}
 			expectCode(t, "read a pchannel the backend does not serve", err, streamwal.ErrInvalidArgument)
 			expectCode(t, "truncate a pchannel the backend does not serve", rb.Truncate(ctx, c, 1), streamwal.ErrInvalidArgument)
+			_, err = rb.State(ctx, c)
+			expectCode(t, "state of a pchannel the backend does not serve", err, streamwal.ErrInvalidArgument)
 		}
 		e.nothingWritten(ctx, t, "restricted backend", wq, vq, &lastQ)
 		got := mustReadRange(ctx, t, rb, p, jetstream.ReadOptions{Start: jetstream.Earliest()}, w.Barrier().ID())

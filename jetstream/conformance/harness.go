@@ -6,7 +6,8 @@
 // acknowledged (each exactly once), start positions behave as defined,
 // truncation keeps the log usable, a fenced writer lands nothing after its
 // successor's barrier, and injected failures neither lose nor duplicate an
-// acknowledged append.
+// acknowledged append. With an archive, truncation loses nothing: every
+// message ever appended stays readable, once, in order.
 package conformance
 
 import (
@@ -33,6 +34,11 @@ type Harness struct {
 	DropConnections func(t *testing.T)
 	// FenceIterations is how many rounds the fencing test runs (default 30).
 	FenceIterations int
+	// Archive says that the backends keep what Truncate removes readable
+	// (for JetStream: Options.Archive): a read from below the truncation
+	// point delivers the truncated messages first, and the Archive checks
+	// run.
+	Archive bool
 	// NewRestricted, if set, returns a fresh backend like New that serves
 	// only the allowed PChannels (for JetStream: Options.PChannels); nil
 	// skips the checks that need it.

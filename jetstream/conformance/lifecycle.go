@@ -206,6 +206,8 @@ func (e *env) testLifecycle(t *testing.T) {
 		}
 		expectCode(t, "read on a closed backend", err, streamwal.ErrClosed)
 		expectCode(t, "truncate on a closed backend", bc.Truncate(ctx, q, 1), streamwal.ErrClosed)
+		_, err = bc.State(ctx, q)
+		expectCode(t, "state on a closed backend", err, streamwal.ErrClosed)
 		// What it opened before keeps working.
 		id := appendOne(ctx, t, wq, e.insert(t, vchannel(t, q, 1), "after backend close", ""))[0]
 		got, err := readThrough(ctx, sq, id)

@@ -26,7 +26,8 @@ const FenceIterationsEnv = "STREAMWAL_FENCE_ITERATIONS"
 //     message after truncation.
 //   - Filters: VChannel and PChannel-level filters.
 //   - TruncateReopen: truncation keeps the newest barrier, reopening under
-//     a higher term works, the old writer is fenced.
+//     a higher term works, the old writer is fenced, State reports what is
+//     kept.
 //   - IdempotentRetry: an append repeated with stored message IDs writes
 //     nothing and answers the original MessageIDs.
 //   - Fencing: a writer under load is fenced by a newer one opened from
@@ -40,6 +41,15 @@ const FenceIterationsEnv = "STREAMWAL_FENCE_ITERATIONS"
 //   - Lifecycle: Close and context cancellation stop blocked scanners
 //     promptly; writers resolve queued appends on Close; a closed backend
 //     refuses new work.
+//   - Archive (only with Harness.Archive): after rounds of appends,
+//     truncations and reopens under higher terms, Earliest delivers every
+//     message ever appended, once, in order, filtered too; reads from
+//     inside the archive and at its end continue on the stream without a
+//     gap or a repeat, also while truncations move that end; State reports
+//     the truncation; Get reaches archived messages.
+//
+// With Harness.Archive, the checks that truncate expect the truncated
+// messages to be read back instead of skipped.
 func Run(t *testing.T, h Harness) {
 	if h.New == nil || h.Codec == nil {
 		t.Fatal("conformance: the harness needs New and Codec")
@@ -73,4 +83,5 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("BadArguments", e.testBadArguments)
 	t.Run("Lifecycle", e.testLifecycle)
+	t.Run("Archive", e.testArchive)
 }

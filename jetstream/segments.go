@@ -1,0 +1,358 @@
+package jetstream
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// manifestKey is the object metadata key holding a segment's manifest.
+const manifestKey = "manifest"
+
+// SegmentManifest describes one flushed segment and its object.
+type SegmentManifest struct {
+	// VChannel is the segment's VChannel.
+	VChannel string `json:"vchannel"`
+	// Segment is the segment's ID.
+	Segment int64 `json:"segment"`
+	// Partition is the partition the segment belongs to.
+	Partition int64 `json:"partition"`
+	// FirstID and LastID are the MessageIDs of its first and last
+	// messages.
+	FirstID messages.MessageID `json:"first_id"`
+	LastID  messages.MessageID `json:"last_id"`
+	// FirstTimeTick and LastTimeTick are their TimeTicks.
+	FirstTimeTick messages.TimeTick `json:"first_time_tick"`
+	LastTimeTick  messages.TimeTick `json:"last_time_tick"`
+	// Count is the number of messages.
+	Count int `json:"count"`
+	// Bytes is the caller's byte count of the segment (default: the sum of
+	// the messages' payloads).
+	Bytes uint64 `json:"bytes"`
+	// Checksum is the hex SHA-256 of the object, computed by WriteSegment.
+	Checksum string `json:"checksum"`
+	// Reason is the seal reason.
+	Reason string `json:"reason"`
+}
+
+var _ SegmentStore = (*JetStream)(nil)
+
+// WriteSegment implements SegmentStore: one object (named by
+// streamwal.SegmentObjectName) holds the framed messages, its metadata the
+// manifest. The message range, TimeTicks and count are taken from msgs
+// (a value the caller set must agree); writing the same segment again with
+// the same messages changes nothing, with others replaces it.
+func (b *JetStream) WriteSegment(ctx context.Context, m SegmentManifest, msgs []*messages.ImmutableMessage) error {
+	v, err := b.segmentVChannel(m.VChannel)
+	if err != nil {
+		return err
+	}
+	if err := fillManifest(&m, v, msgs); err != nil {
+		return err
+	}
+	data := appendFrameHeader(nil)
+	for _, msg := range msgs {
+		wire, err := b.wireOf(msg)
+		if err != nil {
+			return err
+		}
+		data = appendFrame(data, msg.ID(), wire.Subject, wire.Header, wire.Data)
+	}
+	m.Checksum = checksum(data)
+	name := streamwal.SegmentObjectName(v, m.Segment)
+	if old, err := b.objectInfo(ctx, name); err == nil {
+		if prev, err := manifestOf(old); err == nil && prev == m {
+			return nil
+		}
+	} else if !errors.Is(err, njs.ErrObjectNotFound) {
+		return err
+	}
+	meta, err := json.Marshal(m)
+	if err != nil {
+		return streamwal.Errorf(streamwal.CodeInternal, "segment %s/%d: %v", v, m.Segment, err)
+	}
+	_, err = b.putObject(ctx, name, data, map[string]string{manifestKey: string(meta)})
+	return err
+}
+
+// segmentVChannel parses a manifest's VChannel, of a PChannel b serves.
+func (b *JetStream) segmentVChannel(name string) (streamwal.VChannel, error) {
+	v, err := streamwal.ParseVChannel(name)
+	if err != nil {
+		return streamwal.VChannel{}, err
+	}
+	if err := b.checkOpen(v.PChannel()); err != nil {
+		return streamwal.VChannel{}, err
+	}
+	return v, nil
+}
+
+// fillManifest checks msgs against m and fills what they determine.
+func fillManifest(m *SegmentManifest, v streamwal.VChannel, msgs []*messages.ImmutableMessage) error {
+	if m.Count != 0 && m.Count != len(msgs) {
+		return invalidArg("segment %s/%d: manifest counts %d messages, %d given", v, m.Segment, m.Count, len(msgs))
+	}
+	m.Count = len(msgs)
+	var bytes uint64
+	for i, msg := range msgs {
+		switch {
+		case msg == nil:
+			return invalidArg("segment %s/%d: message %d is nil", v, m.Segment, i)
+		case msg.VChannel() != v:
+			return invalidArg("segment %s/%d: message %d is of %q", v, m.Segment, msg.ID(), msg.VChannel())
+		case i > 0 && msg.ID() <= msgs[i-1].ID():
+			return invalidArg("segment %s/%d: message %d after %d", v, m.Segment, msg.ID(), msgs[i-1].ID())
+		}
+		bytes += uint64(len(msg.Payload()))
+	}
+	if m.Bytes == 0 {
+		m.Bytes = bytes
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	first, last := msgs[0], msgs[len(msgs)-1]
+	for _, f := range []struct {
+		what string
+		have *uint64
+		from uint64
+	}{
+		{"first id", (*uint64)(&m.FirstID), uint64(first.ID())},
+		{"last id", (*uint64)(&m.LastID), uint64(last.ID())},
+		{"first time tick", (*uint64)(&m.FirstTimeTick), uint64(first.TimeTick())},
+		{"last time tick", (*uint64)(&m.LastTimeTick), uint64(last.TimeTick())},
+	} {
+		if *f.have != 0 && *f.have != f.from {
+			return invalidArg("segment %s/%d: manifest %s %d, the messages say %d", v, m.Segment, f.what, *f.have, f.from)
+		}
+		*f.have = f.from
+	}
+	return nil
+}
+
+// manifestOf reads the manifest from an object's metadata.
+func manifestOf(info *njs.ObjectInfo) (SegmentManifest, error) {
+	var m SegmentManifest
+	raw, ok := info.Metadata[manifestKey]
+	if !ok {
+		return m, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment object %s has no manifest", info.Name)
+	}
+	if err := json.Unmarshal([]byte(raw), &m); err != nil {
+		return m, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment object %s: manifest: %v", info.Name, err)
+	}
+	return m, nil
+}
+
+// Segments implements SegmentStore. It lists the whole object store.
+func (b *JetStream) Segments(ctx context.Context, v streamwal.VChannel) ([]SegmentManifest, error) {
+	if _, err := b.segmentVChannel(v.String()); err != nil {
+		return nil, err
+	}
+	obs, err := b.objects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	infos, err := obs.List(ctx)
+	if errors.Is(err, njs.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("segments of %s: %w", v, err))
+	}
+	var out []SegmentManifest
+	prefix := streamwal.SegmentPrefix(v)
+	for _, info := range infos {
+		if !strings.HasPrefix(info.Name, prefix) {
+			continue
+		}
+		m, err := manifestOf(info)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b SegmentManifest) int { return cmp.Compare(a.Segment, b.Segment) })
+	return out, nil
+}
+
+// ReadSegment implements SegmentStore: a segment whose object does not
+// match its checksum is streamwal.ErrUnrecoverable wrapping
+// ErrChecksumMismatch; a missing one streamwal.ErrInvalidArgument wrapping
+// ErrNoSegment.
+func (b *JetStream) ReadSegment(ctx context.Context, v streamwal.VChannel, id int64) (SegmentManifest, []*messages.ImmutableMessage, error) {
+	if _, err := b.segmentVChannel(v.String()); err != nil {
+		return SegmentManifest{}, nil, err
+	}
+	name := streamwal.SegmentObjectName(v, id)
+	data, info, err := b.getObject(ctx, name)
+	if errors.Is(err, njs.ErrObjectNotFound) {
+		return SegmentManifest{}, nil, invalidArg("segment %s/%d: %w", v, id, ErrNoSegment)
+	}
+	if err != nil {
+		return SegmentManifest{}, nil, err
+	}
+	m, err := manifestOf(info)
+	if err != nil {
+		return SegmentManifest{}, nil, err
+	}
+	if err := verify("segment "+name, data, info, m.Checksum); err != nil {
+		return m, nil, err
+	}
+	msgs, err := b.decodeObject(data)
+	if err != nil {
+		return m, nil, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment %s: %w", name, err)
+	}
+	if len(msgs) != m.Count {
+		return m, nil, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment %s holds %d messages, its manifest %d", name, len(msgs), m.Count)
+	}
+	return m, msgs, nil
+}
+
+// decodeObject decodes every message of a framed object.
+func (b *JetStream) decodeObject(data []byte) ([]*messages.ImmutableMessage, error) {
+	fr, err := newFrameReader(data)
+	if err != nil {
+		return nil, err
+	}
+	var out []*messages.ImmutableMessage
+	for {
+		f, ok, err := fr.next(nil)
+		if err != nil || !ok {
+			return out, err
+		}
+		m, err := b.codec.Decode(&nats.Msg{Subject: f.Subject, Header: f.Header, Data: f.Data}, f.ID)
+		if err != nil {
+			return nil, fmt.Errorf("message %d: %w", f.ID, err)
+		}
+		out = append(out, m)
+	}
+}
+
+// wireOf re-encodes an immutable message as the stream stores it, and
+// checks that decoding it gives the message back.
+func (b *JetStream) wireOf(m *messages.ImmutableMessage) (*nats.Msg, error) {
+	h := m.Header()
+	mm, err := b.rebuild(m, h)
+	if err != nil {
+		return nil, invalidArg("segment message %d cannot be encoded: %w", m.ID(), err)
+	}
+	msg, err := b.codec.Encode(mm)
+	if err != nil {
+		return nil, invalidArg("segment message %d cannot be encoded: %w", m.ID(), err)
+	}
+	encodeRare(msg.Header, h)
+	back, err := b.codec.Decode(msg, m.ID())
+	if err != nil || back.Type() != m.Type() || !slices.Equal(back.Payload(), m.Payload()) || !sameHeader(back.Header(), h) {
+		return nil, invalidArg("segment message %d does not survive re-encoding (%v)", m.ID(), err)
+	}
+	return msg, nil
+}
+
+// rebuild builds the mutable message m was frozen from (but for the
+// broadcast and replicate headers, which encodeRare adds).
+func (b *JetStream) rebuild(m *messages.ImmutableMessage, h messages.Header) (*messages.MutableMessage, error) {
+	var opts []messages.Option
+	if h.MsgID != "" {
+		opts = append(opts, messages.WithMsgID(h.MsgID))
+	}
+	if h.TraceParent != "" || h.TraceState != "" {
+		opts = append(opts, messages.WithTrace(h.TraceParent, h.TraceState))
+	}
+	if h.Unreplicable {
+		opts = append(opts, messages.WithUnreplicable())
+	}
+	if h.DML != nil {
+		opts = append(opts, messages.WithDML(h.DML.PartitionID, h.DML.Rows))
+	}
+	if h.Txn != nil {
+		opts = append(opts, messages.WithTxn(*h.Txn))
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Props)) {
+		opts = append(opts, messages.WithProperty(k, h.Props[k]))
+	}
+	var mm *messages.MutableMessage
+	var err error
+	if h.VChannel.IsZero() {
+		mm, err = b.codec.NewPChannel(m.Type(), h.PChannel, m.Payload(), opts...)
+	} else {
+		mm, err = b.codec.New(m.Type(), h.VChannel, m.Payload(), opts...)
+	}
+	if err != nil {
+		return nil, err
+	}
+	mm.SetTimeTick(h.TimeTick)
+	mm.SetLastConfirmed(h.LastConfirmed)
+	mm.SetTerm(h.Term)
+	if h.DML != nil && h.DML.SegmentID != 0 {
+		mm.SetSegment(h.DML.SegmentID)
+	}
+	return mm, nil
+}
+
+// encodeRare writes the broadcast and replicate headers, which no option
+// of the messages package sets, as the codec writes them.
+func encodeRare(hdr nats.Header, h messages.Header) {
+	if r := h.Replicate; r != nil {
+		hdr.Set(messages.HdrReplicateCluster, string(r.Cluster))
+		setNonZero(hdr, messages.HdrReplicateID, uint64(r.MessageID))
+		setNonZero(hdr, messages.HdrReplicateTimeTick, uint64(r.TimeTick))
+		setNonZero(hdr, messages.HdrReplicateLastConf, uint64(r.LastConfirmed))
+	}
+	if bc := h.Broadcast; bc != nil {
+		hdr.Set(messages.HdrBroadcastID, fmt.Sprint(bc.ID))
+		targets := make([]string, 0, len(bc.VChannels)+len(bc.PChannels))
+		for _, v := range bc.VChannels {
+			targets = append(targets, v.String())
+		}
+		for _, p := range bc.PChannels {
+			targets = append(targets, p.String())
+		}
+		hdr.Set(messages.HdrBroadcastTargets, strings.Join(targets, ","))
+		for _, k := range bc.Keys {
+			hdr.Add(messages.HdrBroadcastKey, k.String())
+		}
+	}
+}
+
+func setNonZero(hdr nats.Header, key string, v uint64) {
+	if v != 0 {
+		hdr.Set(key, fmt.Sprint(v))
+	}
+}
+
+// sameHeader compares headers, an empty collection equal to none.
+func sameHeader(a, b messages.Header) bool {
+	return reflect.DeepEqual(normalHeader(a), normalHeader(b))
+}
+
+func normalHeader(h messages.Header) messages.Header {
+	if len(h.Props) == 0 {
+		h.Props = nil
+	}
+	if bc := h.Broadcast; bc != nil {
+		c := *bc
+		if len(c.VChannels) == 0 {
+			c.VChannels = nil
+		}
+		if len(c.PChannels) == 0 {
+			c.PChannels = nil
+		}
+		if len(c.Keys) == 0 {
+			c.Keys = nil
+		}
+		h.Broadcast = &c
+	}
+	return h
+}
