@@ -278,3 +278,16 @@ func malformed(msg *messages.ImmutableMessage, format string, args ...any) error
 	args = append(args, ErrMalformed)
 	return streamwal.Errorf(streamwal.CodeInvalidArgument, "%s at %d on %s: "+format+": %w", args...)
 }
+
+// Hold makes open transaction txn hold segment id, as the live side does
+// (only TxnEnded ends it): a WAL going live after a replay carries over
+// the holds of the transactions still open. An unknown segment is an
+// error.
+func (m *Manager) Hold(txn messages.TxnID, id int64) error {
+	s, ok := m.segs[id]
+	if !ok {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "hold of segment %d by transaction %d: %w", id, txn, ErrUnknownSegment)
+	}
+	m.hold(txn, s).live = true
+	return nil
+}

@@ -147,6 +147,19 @@ func (w *WAL) replay(m *messages.ImmutableMessage) {
 		w.led.skipTo(m.ID())
 	}
 	w.led.landed(m)
+	// The replay starts at or below the BeginTxn of every transaction
+	// still open: it sees each insert of theirs, and so what they hold.
+	if tc := m.Txn(); tc != nil && m.Type() == messages.TypeInsert {
+		if d := m.Header().DML; d != nil && d.SegmentID != 0 {
+			if w.replayHolds == nil {
+				w.replayHolds = map[messages.TxnID]map[int64]struct{}{}
+			}
+			if w.replayHolds[tc.ID] == nil {
+				w.replayHolds[tc.ID] = map[int64]struct{}{}
+			}
+			w.replayHolds[tc.ID][d.SegmentID] = struct{}{}
+		}
+	}
 }
 
 // goLive, with recovery storage, consumes the barrier and builds the live
@@ -176,6 +189,19 @@ func (w *WAL) goLive(barrier *messages.ImmutableMessage) error {
 	if err := segs.Restore(w.led.segs.Segments(), barrier.ID()); err != nil {
 		return err
 	}
+	// The transactions still open hold the segments they have rows in,
+	// until they end.
+	for txn, ids := range w.replayHolds {
+		if _, live := w.txns.Get(txn); !live {
+			continue
+		}
+		for id := range ids {
+			if err := segs.Hold(txn, id); err == nil {
+				w.held[txn] = struct{}{}
+			}
+		}
+	}
+	w.replayHolds = nil
 	w.segs = segs
 	return nil
 }

@@ -246,3 +246,45 @@ func TestHistoryLossIsRefusedUntilAccepted(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, found, "the consent is used once")
 }
+
+// TestOpenTransactionHoldsItsSegmentAcrossOwners: a transaction still
+// open when its WAL changes owner keeps its segment from being flushed
+// until it ends, on the new owner too.
+func TestOpenTransactionHoldsItsSegmentAcrossOwners(t *testing.T) {
+	e := newStorageEnv(t, nil)
+	e.shard = shard.Config{Capacity: 2 << 10, Jitter: -1}
+	ctx := context.Background()
+	v := e.vchannel(1)
+	w1 := e.openStorage(1)
+	e.createCollection(w1, v, 1, 2)
+	tc, err := w1.BeginTxn(ctx, v, time.Minute)
+	require.NoError(t, err)
+	body, err := w1.Append(ctx, e.insert(v, fmt.Sprintf("%03000d", 1), messages.WithDML(1, 1), messages.WithTxn(tc)))
+	require.NoError(t, err)
+	held := body.Header().DML.SegmentID
+	require.NoError(t, w1.Close())
+	st1, _ := w1.StorageState()
+	for _, s := range st1.Segments {
+		require.NotEqual(t, shard.Flushed, s.State, "segment %d flushed by the first owner", s.ID)
+	}
+
+	w2 := e.openStorage(2)
+	// Partition 2 fills a segment of its own, which the policies seal and
+	// flush: they ran, and left the held one alone.
+	other, err := w2.Append(ctx, e.insert(v, fmt.Sprintf("%03000d", 2), messages.WithDML(2, 1)))
+	require.NoError(t, err)
+	state := func(id int64) shard.State {
+		st, _ := w2.StorageState()
+		for _, s := range st.Segments {
+			if s.ID == id {
+				return s.State
+			}
+		}
+		return 0
+	}
+	waitFor(t, "the other segment flushed", func() bool { return state(other.Header().DML.SegmentID) == shard.Flushed })
+	require.NotEqual(t, shard.Flushed, state(held), "a segment an open transaction holds is not flushed")
+	_, err = w2.CommitTxn(ctx, v, tc)
+	require.NoError(t, err)
+	waitFor(t, "the held segment flushed once its transaction ended", func() bool { return state(held) == shard.Flushed })
+}

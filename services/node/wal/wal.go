@@ -49,6 +49,9 @@ type WAL struct {
 	segs *shard.Manager
 	held map[messages.TxnID]struct{}
 	st   *keeper
+	// replayHolds: the segments each transaction met in replay has rows
+	// in (only while the WAL opens).
+	replayHolds map[messages.TxnID]map[int64]struct{}
 
 	inflight sync.WaitGroup
 	// alive ends when Close starts, cutting short an oracle call.
