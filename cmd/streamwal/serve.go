@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -153,9 +154,10 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 		srv.Shutdown()
 		return nil, fmt.Errorf("start streamwal: %w", err)
 	}
-	// Opening a PChannel replays its log, which takes as long as the log
-	// is long: wait for every PChannel until told to stop, not a minute.
-	if s.view, err = s.sys.WaitServing(cmd.Context(), false); err != nil {
+	// Opening a PChannel replays its log since the last checkpoint: wait
+	// for every PChannel until told to stop, not a minute; except for one
+	// refused for lost history, which waits for an operator.
+	if s.view, err = waitSettled(cmd.Context(), s.sys); err != nil {
 		s.close()
 		if cerr := cmd.Context().Err(); cerr != nil {
 			return nil, fmt.Errorf("stopped before every PChannel was served: %w", cerr)
@@ -176,6 +178,41 @@ func retention(d time.Duration) node.RecoveryOptions {
 	return node.RecoveryOptions{Retain: d}
 }
 
+// waitSettled waits until every PChannel is served or refused because its
+// stream lost acknowledged history (which only an operator can settle).
+func waitSettled(ctx context.Context, sys *system.System) (wire.View, error) {
+	for {
+		v, err := sys.View(ctx)
+		if err == nil && settled(v) {
+			return v, nil
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("cluster not serving (last view %+v, err %v): %w", v, err, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// settled reports whether every PChannel of v is served or lost its
+// history.
+func settled(v wire.View) bool {
+	if len(v.Channels) == 0 || len(v.Nodes) == 0 {
+		return false
+	}
+	for _, a := range v.Channels {
+		if !(a.State == wire.Assigned && a.Serving) && !historyLost(a) {
+			return false
+		}
+	}
+	return true
+}
+
+// historyLost reports whether a's last open was refused for lost history.
+func historyLost(a wire.Assignment) bool {
+	return strings.Contains(a.Error, string(streamwal.CodeHistoryLost))
+}
+
 // printBanner says where the cluster serves.
 func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	url := s.srv.ClientURL()
@@ -184,6 +221,11 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	fmt.Fprintf(out, "  data dir:    %s (fsync before ack: %v)\n", f.dataDir, f.syncAlways)
 	fmt.Fprintf(out, "  pchannels:   %d, control channel %s\n", len(s.view.Channels), s.view.CChannel)
 	fmt.Fprintf(out, "  inspect:     nats --server %s stream ls\n", url)
+	for _, a := range s.view.Channels {
+		if historyLost(a) {
+			fmt.Fprintf(out, "  NOT SERVED:  %s: %s\n", a.PChannel, a.Error)
+		}
+	}
 	fmt.Fprintln(out, "Press Ctrl-C to stop.")
 }
 
