@@ -26,6 +26,7 @@ type JetStream struct {
 
 	mu          sync.Mutex
 	provisioned map[streamwal.PChannel]bool
+	exists      map[streamwal.PChannel]bool // found by a reader, not provisioned
 	closed      bool
 	// indexes caches the archive index of each PChannel read last.
 	indexes map[streamwal.PChannel]cachedIndex
@@ -57,9 +58,9 @@ func New(nc *nats.Conn, codec *messages.Codec, opts Options) (*JetStream, error)
 	return &JetStream{
 		nc: nc, js: js, codec: codec, opts: opts,
 		log:         logging.Component(opts.Logger, "wal-backend"),
-		provisioned: map[streamwal.PChannel]bool{},
-		indexes:     map[streamwal.PChannel]cachedIndex{},
-		archiveMu:   map[streamwal.PChannel]*sync.Mutex{},
+		provisioned: map[streamwal.PChannel]bool{}, exists: map[streamwal.PChannel]bool{},
+		indexes:   map[streamwal.PChannel]cachedIndex{},
+		archiveMu: map[streamwal.PChannel]*sync.Mutex{},
 	}, nil
 }
 
@@ -112,6 +113,35 @@ func (b *JetStream) Provision(ctx context.Context, p streamwal.PChannel) error {
 	return nil
 }
 
+// ensure makes sure p's stream exists for a reader: it creates a missing
+// one with the backend's options, but never changes one that exists
+// (another process's writer owns its configuration, its replicas say).
+func (b *JetStream) ensure(ctx context.Context, p streamwal.PChannel) error {
+	if err := b.checkOpen(p); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	done := b.provisioned[p] || b.exists[p]
+	b.mu.Unlock()
+	if done {
+		return nil
+	}
+	_, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+	if errors.Is(err, njs.ErrStreamNotFound) {
+		_, err = b.js.CreateStream(ctx, b.streamConfig(p))
+		if errors.Is(err, njs.ErrStreamNameAlreadyInUse) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return classify(fmt.Errorf("stream of %s: %w", p, err))
+	}
+	b.mu.Lock()
+	b.exists[p] = true
+	b.mu.Unlock()
+	return nil
+}
+
 // checkOpen refuses a closed backend or a zero PChannel.
 func (b *JetStream) checkOpen(p streamwal.PChannel) error {
 	b.mu.Lock()
@@ -140,7 +170,7 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 	if err := b.checkFilters(p, opts.Filters); err != nil {
 		return nil, err
 	}
-	if err := b.Provision(ctx, p); err != nil {
+	if err := b.ensure(ctx, p); err != nil {
 		return nil, err
 	}
 	if opts.Start.Kind == StartLatest {

@@ -39,7 +39,13 @@ func (b *JetStream) State(ctx context.Context, p streamwal.PChannel) (StreamStat
 	if err := b.checkOpen(p); err != nil {
 		return StreamState{}, err
 	}
-	s, err := b.stream(ctx, p)
+	if err := b.ensure(ctx, p); err != nil {
+		return StreamState{}, err
+	}
+	s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+	if err != nil {
+		err = classify(fmt.Errorf("state of %s: %w", p, err))
+	}
 	if err != nil {
 		return StreamState{}, err
 	}
