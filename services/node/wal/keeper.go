@@ -158,7 +158,10 @@ func (w *WAL) storeSegments(ctx context.Context) {
 	w.mu.Lock()
 	ids := w.led.uploads
 	w.led.uploads = nil
-	segs := w.led.segs.Segments()
+	var segs []shard.Segment
+	if len(ids) > 0 {
+		segs = w.led.segs.Segments()
+	}
 	w.mu.Unlock()
 	byID := make(map[int64]shard.Segment, len(segs))
 	for _, s := range segs {
