@@ -32,6 +32,15 @@ func (m *MutableMessage) VChannel() streamwal.VChannel { return m.h.VChannel }
 // Payload returns the payload; callers must not modify it.
 func (m *MutableMessage) Payload() []byte { return m.payload }
 
+// DML returns the DML header if the message has one, without copying the
+// rest of the header.
+func (m *MutableMessage) DML() (DMLHeader, bool) {
+	if m.h.DML == nil {
+		return DMLHeader{}, false
+	}
+	return *m.h.DML, true
+}
+
 // TimeTick returns the assigned TimeTick (zero before assignment).
 func (m *MutableMessage) TimeTick() TimeTick { return m.h.TimeTick }
 
@@ -161,6 +170,15 @@ func (m *ImmutableMessage) Property(key string) (string, bool) {
 
 // Payload returns the payload; callers must not modify it.
 func (m *ImmutableMessage) Payload() []byte { return m.payload }
+
+// DML returns the DML header if the message has one, without copying the
+// rest of the header.
+func (m *ImmutableMessage) DML() (DMLHeader, bool) {
+	if m.h.DML == nil {
+		return DMLHeader{}, false
+	}
+	return *m.h.DML, true
+}
 
 // Body decodes the JSON body of a built-in type into out, which must be a
 // pointer to the type's declared body.

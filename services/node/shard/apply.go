@@ -168,11 +168,11 @@ func (m *Manager) txnInsert(msg *messages.ImmutableMessage, s *segment) {
 // target is the known segment of msg's VChannel that msg names in its DML
 // header, if any.
 func (m *Manager) target(msg *messages.ImmutableMessage) *segment {
-	h := msg.Header()
-	if h.DML == nil {
+	d, ok := msg.DML()
+	if !ok {
 		return nil
 	}
-	s, ok := m.segs[h.DML.SegmentID]
+	s, ok := m.segs[d.SegmentID]
 	if !ok || s.VChannel != msg.VChannel() {
 		return nil
 	}
@@ -181,19 +181,19 @@ func (m *Manager) target(msg *messages.ImmutableMessage) *segment {
 
 // applyInsert counts an insert that names its segment as landed.
 func (m *Manager) applyInsert(msg *messages.ImmutableMessage) error {
-	h := msg.Header()
-	if h.DML == nil || h.DML.SegmentID == 0 {
+	d, ok := msg.DML()
+	if !ok || d.SegmentID == 0 {
 		return nil
 	}
 	s := m.target(msg)
 	switch {
 	case s == nil:
-		return streamwal.Errorf(streamwal.CodeLifecycle, "%s at %d on %s names segment %d: %w", msg.Type(), msg.ID(), msg.VChannel(), h.DML.SegmentID, ErrUnknownSegment)
+		return streamwal.Errorf(streamwal.CodeLifecycle, "%s at %d on %s names segment %d: %w", msg.Type(), msg.ID(), msg.VChannel(), d.SegmentID, ErrUnknownSegment)
 	case s.flushedOut():
 		return streamwal.Errorf(streamwal.CodeLifecycle, "%s at %d on %s lands in segment %d after its flush-out at %d; not counted: %w", msg.Type(), msg.ID(), msg.VChannel(), s.ID, s.FlushedAt, ErrSealed)
 	}
 	bytes := InsertBytes(msg)
-	s.land(h.DML.Rows, bytes, msg.ID(), msg.TimeTick())
+	s.land(d.Rows, bytes, msg.ID(), msg.TimeTick())
 	if t := msg.TimeTick().Physical(); t.After(s.LastInsert) {
 		s.LastInsert = t
 	}

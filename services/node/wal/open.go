@@ -150,7 +150,7 @@ func (w *WAL) replay(m *messages.ImmutableMessage) {
 	// The replay starts at or below the BeginTxn of every transaction
 	// still open: it sees each insert of theirs, and so what they hold.
 	if tc := m.Txn(); tc != nil && m.Type() == messages.TypeInsert {
-		if d := m.Header().DML; d != nil && d.SegmentID != 0 {
+		if d, ok := m.DML(); ok && d.SegmentID != 0 {
 			if w.replayHolds == nil {
 				w.replayHolds = map[messages.TxnID]map[int64]struct{}{}
 			}

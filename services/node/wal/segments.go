@@ -21,7 +21,8 @@ func (w *WAL) planSegments(op *appendOp) error {
 		if !assignable(m) || w.life.Check(m) != nil {
 			continue // the lifecycle stage refuses it
 		}
-		v, part := m.VChannel(), partitionOf(m.Header().DML)
+		d, _ := m.DML()
+		v, part := m.VChannel(), partitionOf(d)
 		if _, ok := w.segs.Growing(v, part); ok {
 			continue
 		}
@@ -59,20 +60,8 @@ func assignable(m *messages.MutableMessage) bool {
 }
 
 // partitionOf is the partition an insert goes to: 0 for none.
-func partitionOf(d *messages.DMLHeader) int64 {
-	if d == nil || d.PartitionID < 0 {
-		return 0
-	}
-	return d.PartitionID
-}
-
-// rowsOf is how many rows an insert declares in its DML header (0 if
-// none), as a replay of the stream counts them.
-func rowsOf(d *messages.DMLHeader) uint64 {
-	if d == nil {
-		return 0
-	}
-	return d.Rows
+func partitionOf(d messages.DMLHeader) int64 {
+	return max(d.PartitionID, 0)
 }
 
 // shardInterceptor assigns inserts to growing segments and seals what
@@ -116,10 +105,11 @@ func unitShares(op *appendOp) []share {
 		if !assignable(m) {
 			continue
 		}
-		k := part{m.VChannel(), partitionOf(m.Header().DML)}
+		d, _ := m.DML()
+		k := part{m.VChannel(), partitionOf(d)}
 		last[k] = i
 		s := sum[k]
-		sum[k] = share{s.rows + rowsOf(m.Header().DML), s.bytes + shard.InsertBytes(m)}
+		sum[k] = share{s.rows + d.Rows, s.bytes + shard.InsertBytes(m)}
 	}
 	for k, i := range last {
 		out[i] = sum[k]
@@ -146,7 +136,7 @@ func (w *WAL) stampSegment(op *appendOp, i int, m *messages.MutableMessage) erro
 	if op.internal || !assignable(m) {
 		return nil
 	}
-	d := m.Header().DML
+	d, _ := m.DML()
 	id, ok := w.segs.Growing(v, partitionOf(d))
 	if !ok {
 		return streamwal.Errorf(streamwal.CodeInternal, "no growing segment for an insert on %s partition %d", v, partitionOf(d))
