@@ -134,6 +134,27 @@ func (p *serveProc) waitURL(timeout time.Duration) string {
 	return url
 }
 
+// waitOutput waits until serve's standard output contains s (for
+// example the banner's last line, once waitURL saw its first), failing the
+// test if it exits first or the deadline passes, and returns that output.
+func (p *serveProc) waitOutput(timeout time.Duration, s string) string {
+	p.t.Helper()
+	var out string
+	err := pollUntil(timeout, func() (bool, error) {
+		if out = p.stdout.String(); strings.Contains(out, s) {
+			return true, nil
+		}
+		if p.exited() {
+			return false, fmt.Errorf("serve exited: %v", p.waitErr)
+		}
+		return false, nil
+	})
+	if err != nil {
+		p.t.Fatalf("serve (pid %d) never printed %q: %v", p.pid(), s, err)
+	}
+	return out
+}
+
 // signal sends sig to the process.
 func (p *serveProc) signal(sig syscall.Signal) {
 	p.t.Helper()
@@ -245,8 +266,14 @@ var errPollTimeout = errors.New("timed out")
 // pollUntil evaluates cond every 10 ms until it holds, it fails, or
 // timeout passes.
 func pollUntil(timeout time.Duration, cond func() (bool, error)) error {
+	return pollEvery(timeout, 10*time.Millisecond, cond)
+}
+
+// pollEvery is pollUntil evaluating cond every interval: for a condition
+// that costs a command or a round of requests.
+func pollEvery(timeout, interval time.Duration, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(10 * time.Millisecond)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		ok, err := cond()

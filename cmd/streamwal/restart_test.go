@@ -33,6 +33,19 @@ const (
 // restartVChannel is the VChannel of collection 1, the one the tests append to.
 const restartVChannel = "pchan-0_1v0"
 
+// truncating are the flags the restart tests serve with: truncation on,
+// keeping in the streams only what is not yet flushed and checkpointed.
+// What truncation removes is read back from the archive below the
+// truncation point, so a test that waits for truncation and then reads
+// from the start reads across both.
+var truncating = []string{"--retain", "0s"}
+
+// truncationTimeout bounds a wait for truncation below a flushed segment:
+// serve's defaults persist a round every 10 s (at once past 100 dirty
+// messages) and truncate every 10 s (the first time 10 s after a
+// PChannel opens), so it takes up to about 20 s.
+const truncationTimeout = 60 * time.Second
+
 // signalName names the signals the tests stop serve with (SIGSTOP stands
 // for SIGSTOP then SIGKILL of the stopped process).
 var signalName = map[syscall.Signal]string{
@@ -75,6 +88,17 @@ func (l *ledger) record(payload string, id messages.MessageID, err error) {
 		return
 	}
 	l.acked[payload] = id
+}
+
+// maxAcked is the largest MessageID acknowledged so far (0 if none).
+func (l *ledger) maxAcked() messages.MessageID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var top messages.MessageID
+	for _, id := range l.acked {
+		top = max(top, id)
+	}
+	return top
 }
 
 // ackedCount is the number of acknowledged messages.
@@ -171,23 +195,35 @@ type readMsg struct {
 }
 
 // readBack reads the ledger's VChannel from its start through the message
-// last, which must have been acknowledged.
+// last, which must have been acknowledged. It reads inserts only: the
+// VChannel's history also holds its CreateCollection, the ManualFlushes
+// of collection flush and the WAL's own segment bookkeeping (a
+// CreateSegment in front of each segment's first insert, a Flush when it
+// seals), which the type filter leaves out. Below the truncation point
+// the read goes through the archive, then on in the stream.
 func (l *ledger) readBack(t testing.TB, c *client.Client, last string) []readMsg {
+	t.Helper()
+	return readInserts(t, c, l.v, last)
+}
+
+// readInserts reads v's inserts from its start through the one whose
+// payload is last.
+func readInserts(t testing.TB, c *client.Client, v streamwal.VChannel, last string) []readMsg {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: l.v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var out []readMsg
 	for m, err := range s.All(ctx) {
-		require.NoError(t, err, "read %s after %d inserts", l.v, len(out))
+		require.NoError(t, err, "read %s after %d inserts", v, len(out))
 		out = append(out, readMsg{payload: string(m.Payload()), id: m.ID(), timeTick: m.TimeTick()})
 		if string(m.Payload()) == last {
 			return out
 		}
 	}
-	t.Fatalf("read of %s ended after %d inserts without %s", l.v, len(out), last)
+	t.Fatalf("read of %s ended after %d inserts without %s", v, len(out), last)
 	return nil
 }
 
@@ -221,6 +257,67 @@ func (l *ledger) verify(t testing.TB, got []readMsg) {
 	}
 	t.Logf("%s: %d acknowledged messages read back once each; %d of %d failed appends landed (at most once each)",
 		l.v, len(l.acked), landed, len(l.unknown))
+}
+
+// flushCollection runs `streamwal collection flush --id id` on a
+// collection of one VChannel and returns the MessageID of its ManualFlush.
+func flushCollection(t testing.TB, url string, id int64) messages.MessageID {
+	t.Helper()
+	out := mustRunBinary(t, "", "collection", "flush", "--server", url, "--id", strconv.FormatInt(id, 10), "--json", "--timeout", "30s")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	require.Len(t, lines, 1, "one VChannel, one line: %s", out)
+	var r struct {
+		Flushed  int64              `json:"flushed"`
+		VChannel string             `json:"vchannel"`
+		ID       messages.MessageID `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &r), lines[0])
+	require.Equal(t, id, r.Flushed, lines[0])
+	require.NotZero(t, r.ID, lines[0])
+	return r.ID
+}
+
+// channelStatus is p's line of the cluster's status, read through c.
+func channelStatus(c *client.Client, p streamwal.PChannel) (client.ChannelStatus, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return client.ChannelStatus{}, err
+	}
+	for _, ch := range st.Channels {
+		if ch.PChannel == p.String() {
+			return ch, nil
+		}
+	}
+	return client.ChannelStatus{}, fmt.Errorf("status has no %s", p)
+}
+
+// waitTruncated waits until p's stream keeps nothing at or below above
+// (its first message is past it) and p's owner persisted a flushed
+// segment: the segments holding it were flushed, a checkpoint past it
+// persisted, and truncation ran. It returns p's status then.
+func waitTruncated(t testing.TB, c *client.Client, p streamwal.PChannel, above messages.MessageID) client.ChannelStatus {
+	t.Helper()
+	start := time.Now()
+	var last client.ChannelStatus
+	var lastErr error
+	err := pollEvery(truncationTimeout, 100*time.Millisecond, func() (bool, error) {
+		ch, err := channelStatus(c, p)
+		if err != nil {
+			lastErr = err
+			return false, nil
+		}
+		last = ch
+		return ch.FirstID > above && ch.Segments != nil && ch.Segments.Flushed >= 1, nil
+	})
+	if err != nil {
+		data, _ := json.Marshal(last)
+		t.Fatalf("%s never truncated above %d: %v; last status: %s (last error: %v)", p, above, err, data, lastErr)
+	}
+	t.Logf("%s: stream truncated below %d (wanted above %d), %d segments flushed, %s after the wait began",
+		p, last.FirstID, above, last.Segments.Flushed, time.Since(start).Round(time.Millisecond))
+	return last
 }
 
 // connect opens a client of the cluster at url, closed when the test ends
@@ -285,12 +382,21 @@ func requireStaleLock(t testing.TB, dir string, p *serveProc) {
 // target is writable within 2 s of a restart on a log of this many.
 const restartLogSize = 10_000
 
+// roundKick is a count of messages that has a PChannel's owner persist a
+// round at once: serve's cadence persists every 10 s, or at once past 100
+// messages consumed since the last round.
+const roundKick = 150
+
 // TestRestartAfterSignal stops serve with each signal a user sends, on a
 // log of 10,000 messages, and serves again on the same data directory: an
 // append is acknowledged, a collection is created, and everything
-// acknowledged reads back exactly once (issue 13). The restart tests run
-// in parallel with each other (each has its own directory and port) to
-// keep the suite short; the times they log are therefore upper bounds.
+// acknowledged reads back exactly once (issue 13). Serve truncates
+// (--retain 0s): before the stop the log is flushed and the stream
+// truncated past it, so that the read back after the restart takes the
+// log from the archive, and what followed it from the stream. The
+// restart tests run in parallel with each other (each has its own
+// directory and port) to keep the suite short; the times they log are
+// therefore upper bounds.
 func TestRestartAfterSignal(t *testing.T) {
 	t.Parallel()
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
@@ -304,18 +410,26 @@ func TestRestartAfterSignal(t *testing.T) {
 // testRestartAfter is TestRestartAfterSignal for one signal.
 func testRestartAfter(t *testing.T, sig syscall.Signal) {
 	dir := t.TempDir()
-	p, url := serveAndWait(t, dir)
+	p, url := serveAndWait(t, dir, truncating...)
 	require.Equal(t, []string{restartVChannel}, createCollection(t, url, 1))
 	l := newLedger(t, restartVChannel)
 	l.preload(t, url, restartLogSize)
+	flushed := l.maxAcked()
+	flushCollection(t, url, 1)
+	// More than 100 messages after the flush have the next round persist
+	// a checkpoint past it at once, instead of up to 10 s later.
+	l.preload(t, url, roundKick)
+	c := connect(t, url)
+	truncated := waitTruncated(t, c, l.v.PChannel(), flushed)
+	_ = c.Close()
 	p.stop(sig)
 	if sig == syscall.SIGKILL {
 		requireStaleLock(t, dir, p)
 	}
 
-	p, url = serveAndWait(t, dir)
+	p, url = serveAndWait(t, dir, truncating...)
 	serving := time.Since(p.started)
-	c := connect(t, url)
+	c = connect(t, url)
 	last, at := l.appendUntilAcked(t, c, "after")
 	t.Logf("restart after %s on a log of %d messages: serving after %s, first append acknowledged %s after process start",
 		signalName[sig], restartLogSize, serving.Round(time.Millisecond), at.Sub(p.started).Round(time.Millisecond))
@@ -323,6 +437,11 @@ func testRestartAfter(t *testing.T, sig syscall.Signal) {
 	vs := createCollection(t, url, 2)
 	out := mustRunBinary(t, "", "append", "--server", url, "--vchannel", vs[0], "--json", "--timeout", "30s", "in-a-new-collection")
 	require.Len(t, jsonLines[map[string]any](t, out), 1)
+	// The truncation outlived the restart: the preload is in the archive
+	// only, and the read back below goes through it.
+	ch, err := channelStatus(c, l.v.PChannel())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ch.FirstID, truncated.FirstID, "the stream starts where it was truncated before the %s", signalName[sig])
 	l.verify(t, l.readBack(t, c, last))
 	p.stop(syscall.SIGINT)
 }
@@ -331,16 +450,24 @@ func testRestartAfter(t *testing.T, sig syscall.Signal) {
 // directory, with SIGINT, SIGTERM, SIGKILL and SIGSTOP then SIGKILL in
 // turn, each while writers append: after every restart an append is
 // acknowledged, and at the end every acknowledged message reads back
-// exactly once and every failed one at most once.
+// exactly once and every failed one at most once. Serve truncates
+// (--retain 0s) and the collection is flushed before every stop, with the
+// writers still appending, so that each incarnation dies with segments
+// sealed, flushing or flushed; halfway, the test waits until the stream is
+// truncated past everything acknowledged before that flush (which takes
+// every earlier segment flushed, whatever the kills interrupted), so that
+// the last ten restarts run on a truncated stream and the read back at
+// the end crosses the archive.
 func TestTwentyRestartsWithAWriter(t *testing.T) {
 	t.Parallel()
 	const restarts = 20
 	signals := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL, syscall.SIGSTOP}
 	dir := t.TempDir()
-	p, url := serveAndWait(t, dir)
+	p, url := serveAndWait(t, dir, truncating...)
 	createCollection(t, url, 1)
 	l := newLedger(t, restartVChannel)
 	var times []string
+	var truncated client.ChannelStatus
 	for i := range restarts + 1 {
 		c := connect(t, url)
 		_, at := l.appendUntilAcked(t, c, fmt.Sprintf("r%02d-first", i))
@@ -353,14 +480,22 @@ func TestTwentyRestartsWithAWriter(t *testing.T) {
 		}
 		w := startWriters(t, c, l, fmt.Sprintf("r%02d", i), 4)
 		w.waitAcked(t, 20)
+		below := l.maxAcked()
+		flushCollection(t, url, 1)
+		if i == restarts/2 {
+			truncated = waitTruncated(t, c, l.v.PChannel(), below)
+		}
 		p.stop(signals[i%len(signals)])
 		w.stop()
 		closeLater(t, c)
-		p, url = serveAndWait(t, dir)
+		p, url = serveAndWait(t, dir, truncating...)
 	}
 	t.Logf("process start to first acknowledged append, per restart (after the signal named): %s", strings.Join(times, ", "))
 	c := connect(t, url)
 	last, _ := l.appendUntilAcked(t, c, "last")
+	ch, err := channelStatus(c, l.v.PChannel())
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ch.FirstID, truncated.FirstID, "the stream starts where it was truncated, or later")
 	l.verify(t, l.readBack(t, c, last))
 	p.stop(syscall.SIGTERM)
 }
