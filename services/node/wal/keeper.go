@@ -3,6 +3,7 @@ package wal
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/streamwal/streamwal"
@@ -13,18 +14,21 @@ import (
 	"github.com/streamwal/streamwal/services/node/shard"
 )
 
-// keeper is the WAL's recovery storage: its persister and the schedule
-// of its storage loop, which persists rounds, stores flushed segments,
-// reads the messages the ledger waits for, and truncates the stream.
-// Only the storage loop (and Close, once it stopped) uses it.
+// keeper is the WAL's recovery storage: its persister and the schedules
+// of its two loops. The storage loop reads the messages the ledger waits
+// for and persists rounds; the tiering loop stores flushed segments and
+// truncates the stream, which may take long (a segment of 100 MiB is read
+// back and written whole) and so never holds a checkpoint back. Each
+// field belongs to one loop (and to Close once both stopped), except
+// persisted, which is guarded by the WAL's mutex.
 type keeper struct {
 	cfg       *Storage
 	pers      *recovery.Persister
-	lastRound time.Time
-	lastTrunc time.Time
-	persisted recovery.Checkpoint // the last checkpoint written (under the WAL's mutex)
+	lastRound time.Time           // storage loop
+	lastTrunc time.Time           // tiering loop
+	persisted recovery.Checkpoint // the last checkpoint written
 	kick      chan struct{}
-	done      chan struct{}
+	done      chan struct{} // both loops stopped
 }
 
 // kickStorage asks for a round now if enough is dirty (under w.mu).
@@ -38,9 +42,18 @@ func (w *WAL) kickStorage() {
 	}
 }
 
-// storageLoop runs storage rounds until the WAL stops.
-func (w *WAL) storageLoop() {
-	defer close(w.st.done)
+// startStorage starts the storage and tiering loops.
+func (w *WAL) startStorage() {
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() { defer loops.Done(); w.loop(w.st.kick, w.storageRound) }()
+	go func() { defer loops.Done(); w.loop(nil, w.tieringRound) }()
+	go func() { loops.Wait(); close(w.st.done) }()
+}
+
+// loop runs round every sync interval, and whenever kick fires (a nil kick
+// never does), until the WAL stops.
+func (w *WAL) loop(kick <-chan struct{}, round func(context.Context)) {
 	t := time.NewTicker(w.cfg.SyncInterval)
 	defer t.Stop()
 	for {
@@ -50,19 +63,23 @@ func (w *WAL) storageLoop() {
 		case <-w.w.Done():
 			return
 		case <-t.C:
-		case <-w.st.kick:
+		case <-kick:
 		}
-		w.storageRound(w.alive)
+		round(w.alive)
 	}
 }
 
 // storageRound is one turn of the storage loop.
 func (w *WAL) storageRound(ctx context.Context) {
 	w.fillGap(ctx, gapPatience)
-	w.storeSegments(ctx)
 	if err := w.persist(ctx, false); err != nil {
 		w.log.Warn().Err(err).Msg("checkpoint not persisted; will retry")
 	}
+}
+
+// tieringRound is one turn of the tiering loop.
+func (w *WAL) tieringRound(ctx context.Context) {
+	w.storeSegments(ctx)
 	if err := w.truncate(ctx); err != nil {
 		w.log.Warn().Err(err).Msg("truncation failed; will retry")
 	}

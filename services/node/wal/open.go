@@ -68,7 +68,7 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 	w.recovery.Took = time.Since(start)
 	go w.syncLoop()
 	if w.st != nil {
-		go w.storageLoop()
+		w.startStorage()
 	}
 	return w, nil
 }
