@@ -2,12 +2,11 @@ package jetstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
@@ -55,7 +54,9 @@ func (b *JetStream) archiveBelow(ctx context.Context, s njs.Stream, p streamwal.
 	end := min(below, messages.MessageID(info.State.LastSeq)+1)
 	if from := max(idx.end(), 1); end > from {
 		a.src = &rawSource{b: b, stream: b.codec.Cluster().StreamName(p), next: uint64(from), end: uint64(end)}
-		if err := a.run(ctx, from, end); err != nil {
+		err := a.run(ctx, from, end)
+		a.src.close()
+		if err != nil {
 			return 0, err
 		}
 	} else if cleaned {
@@ -229,60 +230,84 @@ func (b *JetStream) rangeObject(ctx context.Context, r archiveRange) ([]byte, er
 	return data, nil
 }
 
-// rawSource reads the stored messages of a stream from next up to end-1
-// with direct batch gets.
+// rawSource reads the messages a stream stores from next up to end
+// (exclusive), as they are stored, through an ordered consumer: a direct
+// batch get costs a round trip and a reply per message, several times the
+// consumer's cost on a long range.
 type rawSource struct {
 	b      *JetStream
 	stream string
 	next   uint64
 	end    uint64
-	buf    []*njs.RawStreamMsg
+	msgs   njs.MessagesContext
+	left   uint64 // messages the stream holds from next on
+	head   *njs.RawStreamMsg
 	done   bool
 }
 
+// rawWait bounds the wait for the next stored message of the range (the
+// consumer said how many there are to come).
+const rawWait = 30 * time.Second
+
 // peek returns the next stored message, nil after the last.
 func (s *rawSource) peek(ctx context.Context) (*njs.RawStreamMsg, error) {
-	if len(s.buf) == 0 && !s.done {
-		if err := s.fetch(ctx); err != nil {
+	if s.head != nil || s.done {
+		return s.head, nil
+	}
+	if s.next >= s.end {
+		s.done = true
+		return nil, nil
+	}
+	if s.msgs == nil {
+		if err := s.open(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if len(s.buf) == 0 {
+	if s.left == 0 {
+		s.done = true
 		return nil, nil
 	}
-	return s.buf[0], nil
+	wait, cancel := context.WithTimeout(ctx, rawWait)
+	defer cancel()
+	m, err := s.msgs.Next(njs.NextContext(wait))
+	if err != nil {
+		return nil, classify(fmt.Errorf("archive %s from %d: %w", s.stream, s.next, err))
+	}
+	seq, err := streamSequence(m)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeInternal, "archive %s from %d: message without metadata: %v", s.stream, s.next, err)
+	}
+	if seq >= s.end {
+		s.done = true
+		return nil, nil
+	}
+	s.next, s.left = seq+1, s.left-1
+	s.head = &njs.RawStreamMsg{Subject: m.Subject(), Sequence: seq, Header: m.Headers(), Data: m.Data()}
+	return s.head, nil
 }
 
-// pop drops the message peek returned.
-func (s *rawSource) pop() { s.buf = s.buf[1:] }
-
-// fetch reads the next batch.
-func (s *rawSource) fetch(ctx context.Context) error {
-	it, err := jetstreamext.GetBatch(ctx, s.b.js, s.stream, tailChunk,
-		jetstreamext.GetBatchSeq(s.next), jetstreamext.GetBatchMaxBytes(4<<20))
+// open starts the consumer at next.
+func (s *rawSource) open(ctx context.Context) error {
+	cons, err := s.b.js.OrderedConsumer(ctx, s.stream, njs.OrderedConsumerConfig{
+		DeliverPolicy: njs.DeliverByStartSequencePolicy, OptStartSeq: s.next})
 	if err != nil {
 		return classify(fmt.Errorf("archive %s from %d: %w", s.stream, s.next, err))
 	}
-	got := 0
-	for m, err := range it {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			return classify(fmt.Errorf("archive %s from %d: %w", s.stream, s.next, err))
-		}
-		got++
-		if m.Sequence >= s.end {
-			s.done = true
-			continue
-		}
-		s.buf = append(s.buf, m)
-		s.next = m.Sequence + 1
+	if s.msgs, err = cons.Messages(); err != nil {
+		return classify(fmt.Errorf("archive %s from %d: %w", s.stream, s.next, err))
 	}
-	if got == 0 || s.next >= s.end {
-		s.done = true
-	}
+	s.left = cons.CachedInfo().NumPending
 	return nil
+}
+
+// pop drops the message peek returned.
+func (s *rawSource) pop() { s.head = nil }
+
+// close stops the consumer.
+func (s *rawSource) close() {
+	if s.msgs != nil {
+		s.msgs.Stop()
+	}
 }
 
 // Advance makes the next message stored in p's stream get the ID next, for

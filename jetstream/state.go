@@ -81,6 +81,7 @@ func (b *JetStream) keptFrom(ctx context.Context, s njs.Stream, p streamwal.PCha
 		return b.firstOrEnd(state), 0, nil
 	}
 	src := &rawSource{b: b, stream: b.codec.Cluster().StreamName(p), next: state.FirstSeq, end: uint64(floor)}
+	defer src.close()
 	var below uint64
 	for {
 		m, err := src.peek(ctx)
