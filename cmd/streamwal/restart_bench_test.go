@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -22,19 +23,47 @@ import (
 // previous incarnation was stopped with that signal. It reports the mean
 // ("ms/restart", "ms/serving": until serve printed its URL) and the
 // slowest ("max-ms/restart"); ns/op is the whole cycle, stop included.
-// Run it with a fixed count of restarts, for example:
+// With truncation on (the "truncated" variant: serve --retain 0s, the
+// preloaded messages flushed and truncated before the restarts) the
+// stream holds only the tail and the archive the rest. Run it with a
+// fixed count of restarts, for example:
 //
 //	go test -run '^$' -bench BenchmarkRestartToWritable -benchtime 5x ./cmd/streamwal/
 func BenchmarkRestartToWritable(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		b.Run(fmt.Sprintf("log=%d", n), func(b *testing.B) {
-			dir := b.TempDir()
-			preloadLog(b, dir, n)
-			for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-				b.Run(signalName[sig], func(b *testing.B) { benchRestarts(b, dir, sig) })
+		for _, truncated := range []bool{false, true} {
+			name := fmt.Sprintf("log=%d", n)
+			var args []string
+			if truncated {
+				name, args = name+"/truncated", []string{"--retain", "0s"}
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				dir := b.TempDir()
+				preloadLog(b, dir, n)
+				if truncated {
+					truncateLog(b, dir, n)
+				}
+				for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+					b.Run(signalName[sig], func(b *testing.B) { benchRestarts(b, dir, sig, args...) })
+				}
+			})
+		}
 	}
+}
+
+// truncateLog serves dir with --retain 0s, flushes collection 1 and waits
+// until its PChannel's stream was truncated past the n preloaded messages.
+func truncateLog(b *testing.B, dir string, n int) {
+	b.Helper()
+	start := time.Now()
+	p, url := serveAndWait(b, dir, "--sync-always=false", "--retain", "0s", "--log-level", "warn")
+	defer p.stop(syscall.SIGTERM)
+	mustRunBinary(b, "", "collection", "flush", "--server", url, "--id", "1", "--timeout", "30s")
+	pch := restartVChannel[:strings.Index(restartVChannel, "_")]
+	waitStatus(b, url, pch, 2*time.Minute, func(ch client.ChannelStatus) bool {
+		return ch.FirstID > messages.MessageID(n)
+	})
+	b.Logf("flushed and truncated %d messages in %s", n, time.Since(start).Round(time.Millisecond))
 }
 
 // benchServeTimeout bounds a restart in the benchmark: the replay of a
@@ -44,14 +73,15 @@ const benchServeTimeout = 3 * time.Minute
 // benchRestarts restarts serve on dir b.N times, each after a stop with
 // sig, and reports the times to serving and to the first acknowledged
 // append.
-func benchRestarts(b *testing.B, dir string, sig syscall.Signal) {
+func benchRestarts(b *testing.B, dir string, sig syscall.Signal, args ...string) {
 	l := newLedger(b, restartVChannel)
-	p, _ := serveAndWaitWithin(b, benchServeTimeout, dir, "--log-level", "warn")
+	args = append([]string{"--log-level", "warn"}, args...)
+	p, _ := serveAndWaitWithin(b, benchServeTimeout, dir, args...)
 	p.stop(sig)
 	var writable, serving, slowest time.Duration
 	b.ResetTimer()
 	for i := range b.N {
-		p, url := serveAndWaitWithin(b, benchServeTimeout, dir, "--log-level", "warn")
+		p, url := serveAndWaitWithin(b, benchServeTimeout, dir, args...)
 		serving += time.Since(p.started)
 		c := connect(b, url)
 		_, at := l.appendUntilAcked(b, c, fmt.Sprintf("bench-%d", i))
