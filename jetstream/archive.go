@@ -36,7 +36,12 @@ func (b *JetStream) archiveLock(p streamwal.PChannel) *sync.Mutex {
 // below which the stream may be purged (0: nothing to purge). It never
 // archives past the stream's last message, so that a message appended
 // meanwhile is neither archived nor purged.
-func (b *JetStream) archiveBelow(ctx context.Context, s njs.Stream, p streamwal.PChannel, below messages.MessageID) (messages.MessageID, error) {
+//
+// damaged says that the stream is known to have lost messages (an
+// operator accepted the loss): its state may count messages it cannot
+// deliver, so the archive takes what the stream delivers and stops when
+// nothing more comes, instead of failing.
+func (b *JetStream) archiveBelow(ctx context.Context, s njs.Stream, p streamwal.PChannel, below messages.MessageID, damaged bool) (messages.MessageID, error) {
 	idx, err := b.loadIndex(ctx, p)
 	if err != nil {
 		return 0, err
@@ -53,7 +58,7 @@ func (b *JetStream) archiveBelow(ctx context.Context, s njs.Stream, p streamwal.
 	a := &archiver{b: b, p: p, idx: idx, budget: b.opts.ArchiveObjectBytes}
 	end := min(below, messages.MessageID(info.State.LastSeq)+1)
 	if from := max(idx.end(), 1); end > from {
-		a.src = &rawSource{b: b, stream: b.codec.Cluster().StreamName(p), next: uint64(from), end: uint64(end)}
+		a.src = &rawSource{b: b, stream: b.codec.Cluster().StreamName(p), next: uint64(from), end: uint64(end), damaged: damaged}
 		err := a.run(ctx, from, end)
 		a.src.close()
 		if err != nil {
@@ -243,11 +248,18 @@ type rawSource struct {
 	left   uint64 // messages the stream holds from next on
 	head   *njs.RawStreamMsg
 	done   bool
+	// damaged: when the stream delivers nothing for rawWait, the range
+	// ends there (see archiveBelow) instead of failing.
+	damaged bool
 }
 
 // rawWait bounds the wait for the next stored message of the range (the
 // consumer said how many there are to come).
 const rawWait = 30 * time.Second
+
+// damagedWait is that wait on a damaged stream, whose count may include
+// messages it lost.
+const damagedWait = 3 * time.Second
 
 // peek returns the next stored message, nil after the last.
 func (s *rawSource) peek(ctx context.Context) (*njs.RawStreamMsg, error) {
@@ -267,9 +279,17 @@ func (s *rawSource) peek(ctx context.Context) (*njs.RawStreamMsg, error) {
 		s.done = true
 		return nil, nil
 	}
-	wait, cancel := context.WithTimeout(ctx, rawWait)
+	patience := rawWait
+	if s.damaged {
+		patience = damagedWait
+	}
+	wait, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	m, err := s.msgs.Next(njs.NextContext(wait))
+	if err != nil && s.damaged && ctx.Err() == nil {
+		s.done = true
+		return nil, nil
+	}
 	if err != nil {
 		return nil, classify(fmt.Errorf("archive %s from %d: %w", s.stream, s.next, err))
 	}
@@ -357,6 +377,6 @@ func (b *JetStream) archiveAll(ctx context.Context, s njs.Stream, p streamwal.PC
 	if idx.end() > next {
 		return invalidArg("advance %s to %d: the archive holds messages up to %d", p, next, idx.end()-1)
 	}
-	_, err = b.archiveBelow(ctx, s, p, next)
+	_, err = b.archiveBelow(ctx, s, p, next, true)
 	return err
 }

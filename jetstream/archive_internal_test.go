@@ -168,7 +168,7 @@ func TestArchiveIndexedNotPurged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.b.archiveBelow(f.ctx, s, f.p, 20); err != nil {
+	if _, err := f.b.archiveBelow(f.ctx, s, f.p, 20, false); err != nil {
 		t.Fatal(err)
 	}
 	before := f.index()

@@ -253,7 +253,7 @@ func (b *JetStream) Truncate(ctx context.Context, p streamwal.PChannel, below me
 	l.Lock()
 	defer l.Unlock()
 	if b.opts.Archive {
-		if below, err = b.archiveBelow(ctx, s, p, below); err != nil || below == 0 {
+		if below, err = b.archiveBelow(ctx, s, p, below, false); err != nil || below == 0 {
 			return err
 		}
 	}
