@@ -35,7 +35,7 @@ func BenchmarkRestartToWritable(b *testing.B) {
 			name := fmt.Sprintf("log=%d", n)
 			var args []string
 			if truncated {
-				name, args = name+"/truncated", []string{"--retain", "0s"}
+				name, args = name+"/truncated", []string{"--retain", "0s", "--duplicate-window", "1s"}
 			}
 			b.Run(name, func(b *testing.B) {
 				dir := b.TempDir()
@@ -56,7 +56,7 @@ func BenchmarkRestartToWritable(b *testing.B) {
 func truncateLog(b *testing.B, dir string, n int) {
 	b.Helper()
 	start := time.Now()
-	p, url := serveAndWait(b, dir, "--sync-always=false", "--retain", "0s", "--log-level", "warn")
+	p, url := serveAndWait(b, dir, "--sync-always=false", "--retain", "0s", "--duplicate-window", "1s", "--log-level", "warn")
 	defer p.stop(syscall.SIGTERM)
 	mustRunBinary(b, "", "collection", "flush", "--server", url, "--id", "1", "--timeout", "30s")
 	pch := restartVChannel[:strings.Index(restartVChannel, "_")]

@@ -37,8 +37,10 @@ const restartVChannel = "pchan-0_1v0"
 // keeping in the streams only what is not yet flushed and checkpointed.
 // What truncation removes is read back from the archive below the
 // truncation point, so a test that waits for truncation and then reads
-// from the start reads across both.
-var truncating = []string{"--retain", "0s"}
+// from the start reads across both. The duplicate window (below which
+// truncation never goes) is short, so that truncation follows the flushes
+// within seconds.
+var truncating = []string{"--retain", "0s", "--duplicate-window", "1s"}
 
 // truncationTimeout bounds a wait for truncation below a flushed segment:
 // serve's defaults persist a round every 10 s (at once past 100 dirty

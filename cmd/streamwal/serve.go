@@ -14,6 +14,7 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
+	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
@@ -30,6 +31,7 @@ type serveFlags struct {
 	pchannels  int
 	logLevel   string
 	retain     time.Duration
+	dupWindow  time.Duration
 }
 
 // serveHelp is the long help of `streamwal serve`.
@@ -69,6 +71,8 @@ func newServeCmd() *cobra.Command {
 	fl.DurationVar(&f.retain, "retain", node.DefaultRetain, "keep at least this much of the log (by age) in the streams; 0s truncates as soon as\n"+
 		"what is below is flushed to the object store and checkpointed, a negative value never truncates;\n"+
 		"what truncation removes stays readable from the object store")
+	fl.DurationVar(&f.dupWindow, "duplicate-window", jetstream.DefaultDuplicateWindow, "how long the streams remember message IDs to drop a retried append that landed;\n"+
+		"truncation never removes messages younger than this")
 	return cmd
 }
 
@@ -149,7 +153,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log,
 		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim},
-		Node:  node.Config{Recovery: retention(f.retain)}})
+		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}}})
 	if err != nil {
 		srv.Shutdown()
 		return nil, fmt.Errorf("start streamwal: %w", err)

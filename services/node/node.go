@@ -100,7 +100,10 @@ type RecoveryOptions struct {
 	Cadence recovery.Cadence
 	// Retain is how much of the log, by age, stays in the stream (default
 	// DefaultRetain; RetainNothing keeps nothing beyond what truncation
-	// must keep); NoTruncation keeps everything.
+	// must keep); NoTruncation keeps everything. Truncation never passes
+	// messages younger than the stream's duplicate window
+	// (Backend.DuplicateWindow): a server rebuilds its memory of message
+	// IDs only from what its stream holds.
 	Retain       time.Duration
 	NoTruncation bool
 	// TruncateInterval is how often each WAL truncates (default 10 s).
@@ -123,6 +126,13 @@ func (n *Node) storage() *wal.Storage {
 		retain = 0
 	case retain <= 0:
 		retain = DefaultRetain
+	}
+	if retain >= 0 {
+		// The server remembers the message IDs of the duplicate window
+		// only from what the stream holds once it restarts: keep that
+		// window, so that a retry of an append that landed is recognised
+		// as a duplicate, not stored twice.
+		retain = max(retain, n.be.Options().DuplicateWindow)
 	}
 	sc := o.Shard
 	sc.Memory = n.memory

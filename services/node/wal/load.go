@@ -122,10 +122,19 @@ func checkHistory(ctx context.Context, cfg Config, cp *recovery.Checkpoint) (acc
 }
 
 // lostHistory says what of the history the checkpoint records the stream
-// lost ("" if nothing).
+// lost ("" if nothing): a tail shorter than what was handed out, a
+// message missing between the truncation point and the tail, or another
+// message at the last one consumed.
 func lostHistory(ctx context.Context, cfg Config, cp recovery.Checkpoint, state jetstream.StreamState, reached messages.MessageID) (string, error) {
 	if state.Last < reached {
 		return fmt.Sprintf("the stream ends at %d but MessageIDs up to %d were handed out", state.Last, reached), nil
+	}
+	// Nothing is ever deleted above the truncation point: a message
+	// missing there was lost (a damaged block the server dropped).
+	if state.Last >= state.First && state.First > 0 {
+		if held := uint64(state.Last-state.First) + 1; state.Messages < held {
+			return fmt.Sprintf("the stream is missing %d of its messages %d to %d", held-state.Messages, state.First, state.Last), nil
+		}
 	}
 	if cp.Consumed == 0 || cp.Digest == "" {
 		return "", nil
