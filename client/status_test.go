@@ -27,7 +27,8 @@ func storageSystem(t *testing.T) *system.System {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Node: node.Config{SyncInterval: syncInterval, Recovery: node.RecoveryOptions{
+		// A short duplicate window: truncation never passes it.
+		Node: node.Config{SyncInterval: syncInterval, Backend: jetstream.Options{DuplicateWindow: time.Second}, Recovery: node.RecoveryOptions{
 			Cadence: recovery.Cadence{Interval: 20 * time.Millisecond, Dirty: 1},
 			Shard:   shard.Config{MaxRows: 3}, Retain: node.RetainNothing, TruncateInterval: 50 * time.Millisecond}}})
 	require.NoError(t, err)
@@ -78,7 +79,8 @@ func TestStatusWithoutRecoveryStorage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Node: node.Config{SyncInterval: syncInterval, Recovery: node.RecoveryOptions{Off: true}}})
+		// A short duplicate window: truncation never passes it.
+		Node: node.Config{SyncInterval: syncInterval, Backend: jetstream.Options{DuplicateWindow: time.Second}, Recovery: node.RecoveryOptions{Off: true}}})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	_, err = s.WaitServing(ctx, false)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/node/recovery"
@@ -33,7 +34,9 @@ func newRecoveryCluster(t *testing.T, o node.RecoveryOptions) *cluster {
 	t.Helper()
 	o.Cadence = recovery.Cadence{Interval: 20 * time.Millisecond, Dirty: 1}
 	o.Shard = shard.Config{MaxRows: 3}
-	return newClusterWith(t, node.Config{SyncInterval: testSyncInterval, Recovery: o})
+	// A short duplicate window: truncation never passes it.
+	return newClusterWith(t, node.Config{SyncInterval: testSyncInterval, Recovery: o,
+		Backend: jetstream.Options{DuplicateWindow: time.Second}})
 }
 
 // statusOf waits until `status --json` shows p as ok wants it and
