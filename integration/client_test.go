@@ -487,6 +487,8 @@ func (l *clLoad) check(t *testing.T, got map[streamwal.VChannel][]*messages.Immu
 				require.True(t, ok, "%s: txn %d (bodies %v) was never committed", v, key.id, bodies)
 				require.Equal(t, tx.bodies, bodies, "%s: txn %d of unknown outcome read with other bodies", v, key.id)
 				uncertainLanded++
+			case messages.TypeCreateSegment, messages.TypeFlush:
+				// The WAL's own segment bookkeeping.
 			default:
 				t.Fatalf("%s: unexpected %s at %d", v, m.Type(), m.ID())
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
@@ -80,19 +81,9 @@ func (b *JetStream) keptFrom(ctx context.Context, s njs.Stream, p streamwal.PCha
 	if state.Msgs == 0 || uint64(floor) <= state.FirstSeq {
 		return b.firstOrEnd(state), 0, nil
 	}
-	src := &rawSource{b: b, stream: b.codec.Cluster().StreamName(p), next: state.FirstSeq, end: uint64(floor)}
-	defer src.close()
-	var below uint64
-	for {
-		m, err := src.peek(ctx)
-		if err != nil {
-			return 0, 0, err
-		}
-		if m == nil {
-			break
-		}
-		below++
-		src.pop()
+	below, err := b.countBelow(ctx, b.codec.Cluster().StreamName(p), state.FirstSeq, uint64(floor))
+	if err != nil {
+		return 0, 0, err
 	}
 	first, err := b.nextStored(ctx, s, p, uint64(floor))
 	if first == 0 && err == nil {
@@ -146,4 +137,36 @@ func (b *JetStream) nextStored(ctx context.Context, s njs.Stream, p streamwal.PC
 		return 0, classify(fmt.Errorf("state of %s: %w", p, err))
 	}
 	return messages.MessageID(raw.Sequence), nil
+}
+
+// countBelow counts the messages the stream holds from first up to
+// floor-1 with direct batch gets: below the archive's end the stream
+// keeps only a fencing barrier or two, so one small request answers.
+func (b *JetStream) countBelow(ctx context.Context, stream string, first, floor uint64) (uint64, error) {
+	var below uint64
+	for next := first; next < floor; {
+		it, err := jetstreamext.GetBatch(ctx, b.js, stream, maxKeptBarriers+1, jetstreamext.GetBatchSeq(next))
+		if err != nil {
+			return 0, classify(fmt.Errorf("state of %s: %w", stream, err))
+		}
+		got := false
+		for m, err := range it {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return 0, classify(fmt.Errorf("state of %s: %w", stream, err))
+			}
+			got = true
+			if m.Sequence >= floor {
+				return below, nil
+			}
+			below++
+			next = m.Sequence + 1
+		}
+		if !got {
+			break
+		}
+	}
+	return below, nil
 }
