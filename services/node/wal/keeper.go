@@ -27,17 +27,26 @@ type keeper struct {
 	lastRound time.Time           // storage loop
 	lastTrunc time.Time           // tiering loop
 	persisted recovery.Checkpoint // the last checkpoint written
-	kick      chan struct{}
+	kick      chan struct{} // wakes the storage loop: enough is dirty
+	tier      chan struct{} // wakes the tiering loop: a segment to store
 	done      chan struct{} // both loops stopped
 }
 
-// kickStorage asks for a round now if enough is dirty (under w.mu).
+// kickStorage asks for a round now if enough is dirty, and for a tiering
+// round if a segment waits to be stored (under w.mu).
 func (w *WAL) kickStorage() {
-	if w.led.dirty < w.st.cfg.Cadence.Dirty {
-		return
+	if len(w.led.uploads) > 0 {
+		wake(w.st.tier)
 	}
+	if w.led.dirty >= w.st.cfg.Cadence.Dirty {
+		wake(w.st.kick)
+	}
+}
+
+// wake signals c without blocking.
+func wake(c chan struct{}) {
 	select {
-	case w.st.kick <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }
@@ -46,15 +55,16 @@ func (w *WAL) kickStorage() {
 func (w *WAL) startStorage() {
 	var loops sync.WaitGroup
 	loops.Add(2)
-	go func() { defer loops.Done(); w.loop(w.st.kick, w.storageRound) }()
-	go func() { defer loops.Done(); w.loop(nil, w.tieringRound) }()
+	c := w.st.cfg
+	go func() { defer loops.Done(); w.loop(min(c.Cadence.Interval, gapPatience/2), w.st.kick, w.storageRound) }()
+	go func() { defer loops.Done(); w.loop(min(c.TruncateInterval, time.Second), w.st.tier, w.tieringRound) }()
 	go func() { loops.Wait(); close(w.st.done) }()
 }
 
-// loop runs round every sync interval, and whenever kick fires (a nil kick
-// never does), until the WAL stops.
-func (w *WAL) loop(kick <-chan struct{}, round func(context.Context)) {
-	t := time.NewTicker(w.cfg.SyncInterval)
+// loop runs round every period, and whenever kick fires, until the WAL
+// stops.
+func (w *WAL) loop(period time.Duration, kick <-chan struct{}, round func(context.Context)) {
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {

@@ -35,7 +35,7 @@ func loadStorage(ctx context.Context, cfg Config) (*keeper, *ledger, error) {
 		return nil, nil, err
 	}
 	life := lifecycle.NewTable()
-	st := &keeper{cfg: s, pers: pers, kick: make(chan struct{}, 1), done: make(chan struct{}), lastRound: time.Now(), lastTrunc: time.Now()}
+	st := &keeper{cfg: s, pers: pers, kick: make(chan struct{}, 1), tier: make(chan struct{}, 1), done: make(chan struct{}), lastRound: time.Now(), lastTrunc: time.Now()}
 	if !found {
 		return st, newLedger(recovery.Checkpoint{}, life, segs, log), nil
 	}
