@@ -19,6 +19,13 @@
 // a version of that set; an open's reply carries the session and version.
 // That is what the coordinator and `streamwal status` take as served, and
 // what an operator reads with `nats kv get wal_<c>_nodes node.<id>`.
+//
+// Unless Config.Recovery.Off, every WAL runs with recovery storage (see
+// package wal): checkpoints and metadata in the checkpoints bucket,
+// flushed segments and the archive of what truncation removes in the
+// segments object store, and a node-wide memory account for the seal
+// policies. An open refused because a stream lost acknowledged history
+// (streamwal.ErrHistoryLost) fails until an operator accepts the loss.
 package node
 
 import (
