@@ -27,9 +27,9 @@ type keeper struct {
 	lastRound time.Time           // storage loop
 	lastTrunc time.Time           // tiering loop
 	persisted recovery.Checkpoint // the last checkpoint written
-	kick      chan struct{} // wakes the storage loop: enough is dirty
-	tier      chan struct{} // wakes the tiering loop: a segment to store
-	done      chan struct{} // both loops stopped
+	kick      chan struct{}       // wakes the storage loop: enough is dirty
+	tier      chan struct{}       // wakes the tiering loop: a segment to store
+	done      chan struct{}       // both loops stopped
 }
 
 // kickStorage asks for a round now if enough is dirty, and for a tiering
