@@ -110,6 +110,7 @@ func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMess
 	case <-op.fut.Done():
 		ids, err := op.fut.Result()
 		op.settle(ids, err)
+		w.freeze(op) // outside the mutex: resolve hands them to the ledger
 		w.resolve(op)
 		if err != nil {
 			return nil, err
@@ -332,14 +333,25 @@ func (w *WAL) noteLanded(op *appendOp) {
 	for i, m := range op.pre {
 		w.led.landed(m.Freeze(op.preIDs[i]))
 	}
-	op.frozen = make([]*messages.ImmutableMessage, len(op.msgs))
-	for i, m := range op.msgs {
-		op.frozen[i] = m.Freeze(op.ids[i])
+	w.freeze(op)
+	for i := range op.msgs {
 		if op.ids[i] > op.tail { // else deduplicated to a message stored before
 			w.led.landed(w.asStored(op, i))
 		}
 	}
 	w.kickStorage()
+}
+
+// freeze makes the messages of a landed op immutable, once, for the
+// ledger and the caller.
+func (w *WAL) freeze(op *appendOp) {
+	if w.led == nil || op.outcome != landed || op.frozen != nil {
+		return
+	}
+	op.frozen = make([]*messages.ImmutableMessage, len(op.msgs))
+	for i, m := range op.msgs {
+		op.frozen[i] = m.Freeze(op.ids[i])
+	}
 }
 
 // asStored is message i of a landed op as a reader of the stream sees it:
