@@ -185,17 +185,7 @@ func retention(d time.Duration) node.RecoveryOptions {
 // waitSettled waits until every PChannel is served or refused because its
 // stream lost acknowledged history (which only an operator can settle).
 func waitSettled(ctx context.Context, sys *system.System) (wire.View, error) {
-	for {
-		v, err := sys.View(ctx)
-		if err == nil && settled(v) {
-			return v, nil
-		}
-		select {
-		case <-ctx.Done():
-			return v, fmt.Errorf("cluster not serving (last view %+v, err %v): %w", v, err, ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
+	return sys.WaitView(ctx, settled)
 }
 
 // settled reports whether every PChannel of v is served or lost its

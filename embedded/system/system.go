@@ -260,9 +260,15 @@ func (s *System) View(ctx context.Context) (wire.View, error) {
 // confirmed it serves it and, if balanced, until no node has more than one
 // PChannel more than another.
 func (s *System) WaitServing(ctx context.Context, balanced bool) (wire.View, error) {
+	return s.WaitView(ctx, func(v wire.View) bool { return serving(v, balanced) })
+}
+
+// WaitView polls the coordinator's view until ready accepts it, or ctx
+// ends.
+func (s *System) WaitView(ctx context.Context, ready func(wire.View) bool) (wire.View, error) {
 	for {
 		v, err := s.View(ctx)
-		if err == nil && serving(v, balanced) {
+		if err == nil && ready(v) {
 			return v, nil
 		}
 		select {

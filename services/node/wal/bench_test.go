@@ -26,21 +26,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkChain -benchtime 100000x ./services/node/wal/
 func BenchmarkChain(b *testing.B) {
-	srv := embedded.StartTest(b)
-	nc, err := srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	codec, err := messages.NewCodec("bench", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := jetstream.New(nc, codec, jetstream.Options{Archive: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be, codec := benchBackend(b)
 	n := max(b.N, 2000)
 	chainWAL := openBenchWAL(b, be, codec, "chain", nil)
 	defer chainWAL.Close()
@@ -70,6 +56,27 @@ func BenchmarkChain(b *testing.B) {
 	b.ReportMetric(chain/bare, "chain/bare")
 	b.ReportMetric(stored/chain, "storage/chain")
 	b.ReportMetric(0, "ns/op")
+}
+
+// benchBackend starts a server for b and returns an archiving backend on
+// it, and its codec; both are closed with b.
+func benchBackend(b *testing.B) (*jetstream.JetStream, *messages.Codec) {
+	srv := embedded.StartTest(b)
+	nc, err := srv.Connect()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	codec, err := messages.NewCodec("bench", nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	be, err := jetstream.New(nc, codec, jetstream.Options{Archive: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = be.Close() })
+	return be, codec
 }
 
 const benchGoroutines = 64

@@ -218,20 +218,17 @@ func (w *WAL) storeSegments(ctx context.Context) {
 }
 
 // storeSegment reads segment s's inserts from the stream and writes them
-// with their manifest.
+// with their manifest (WriteSegment checks the ranges against the
+// messages and counts their bytes).
 func (w *WAL) storeSegment(ctx context.Context, s shard.Segment) error {
 	msgs, err := w.segmentMessages(ctx, s)
 	if err != nil {
 		return err
 	}
-	var bytes uint64
-	for _, m := range msgs {
-		bytes += uint64(len(m.Payload()))
-	}
 	return w.st.cfg.Tiers.WriteSegment(ctx, jetstream.SegmentManifest{
 		VChannel: s.VChannel.String(), Segment: s.ID, Partition: s.Partition,
 		FirstID: s.First, LastID: s.Last, FirstTimeTick: s.FirstTT, LastTimeTick: s.LastTT,
-		Count: len(msgs), Bytes: bytes, Reason: string(s.Reason),
+		Count: len(msgs), Reason: string(s.Reason),
 	}, msgs)
 }
 
@@ -256,7 +253,7 @@ func (w *WAL) segmentMessages(ctx context.Context, s shard.Segment) ([]*messages
 		if m.ID() > s.Last {
 			break
 		}
-		if d := m.Header().DML; m.Type() == messages.TypeInsert && d != nil && d.SegmentID == s.ID {
+		if d, ok := m.DML(); m.Type() == messages.TypeInsert && ok && d.SegmentID == s.ID {
 			out = append(out, m)
 		}
 		if m.ID() == s.Last {

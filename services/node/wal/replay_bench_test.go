@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/streamwal/streamwal"
-	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/recovery"
@@ -22,21 +21,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkReplay -benchtime 200000x ./services/node/wal/
 func BenchmarkReplay(b *testing.B) {
-	srv := embedded.StartTest(b)
-	nc, err := srv.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nc.Close()
-	codec, err := messages.NewCodec("bench", nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	be, err := jetstream.New(nc, codec, jetstream.Options{Archive: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer be.Close()
+	be, codec := benchBackend(b)
 	ctx := context.Background()
 	p, _ := streamwal.NewPChannel("replay", 0)
 	v, _ := p.VChannel(1, 0)

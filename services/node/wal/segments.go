@@ -18,13 +18,16 @@ func (w *WAL) planSegments(op *appendOp) error {
 		return nil
 	}
 	for _, m := range op.msgs {
-		if !assignable(m) || w.life.Check(m) != nil {
-			continue // the lifecycle stage refuses it
+		if !assignable(m) {
+			continue
 		}
 		d, _ := m.DML()
 		v, part := m.VChannel(), partitionOf(d)
 		if _, ok := w.segs.Growing(v, part); ok {
 			continue
+		}
+		if w.life.Check(m) != nil {
+			continue // the lifecycle stage refuses it: no segment for it
 		}
 		if err := w.openSegment(op, v, part); err != nil {
 			return err
@@ -94,6 +97,15 @@ type share struct{ rows, bytes uint64 }
 // the last of them with all their rows and bytes and the others with
 // none, so that none fills the segment before the others are in it.
 func unitShares(op *appendOp) []share {
+	if len(op.msgs) == 1 {
+		// One message, one share: no need to group.
+		m := op.msgs[0]
+		if !assignable(m) {
+			return nil
+		}
+		d, _ := m.DML()
+		return []share{{d.Rows, shard.InsertBytes(m)}}
+	}
 	out := make([]share, len(op.msgs))
 	type part struct {
 		v streamwal.VChannel
