@@ -279,7 +279,10 @@ func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
 // allocate registers op's TimeTicks with the ack manager; on a refusal
 // it confirms those registered and returns it.
 func (w *WAL) allocate(op *appendOp) error {
-	all := append(append([]messages.TimeTick(nil), op.preTTs...), op.tts...)
+	all := op.tts
+	if len(op.preTTs) > 0 { // rare: a segment opens; the common op copies nothing
+		all = append(append([]messages.TimeTick(nil), op.preTTs...), op.tts...)
+	}
 	for i, tt := range all {
 		if err := w.acks.Allocate(tt); err != nil {
 			for _, done := range all[:i] {
