@@ -53,6 +53,9 @@ type ack struct {
 	count uint64
 	err   error
 	dup   bool
+	// wrongSeq: refused for not following the sequence it expected, which
+	// an earlier unit that stored nothing (a duplicate) or failed causes.
+	wrongSeq bool
 	// permanent: the refusal will not go away on a retry.
 	permanent bool
 	// duplicate: a plain publish whose message ID was already stored at seq.
@@ -395,6 +398,10 @@ var permanentRefusals = map[uint16]bool{10054: true, 10077: true, 10023: true, 1
 // already-stored message ID.
 const errCodeDuplicateInBatch = 10201
 
+// errCodeWrongLastSequence is the server's refusal of a unit whose
+// expected last sequence is not the stream's.
+const errCodeWrongLastSequence = 10071
+
 // parseAck decodes a commit reply.
 func parseAck(num uint64, m *nats.Msg) ack {
 	if len(m.Data) == 0 && m.Header.Get("Status") != "" {
@@ -413,7 +420,7 @@ func parseAck(num uint64, m *nats.Msg) ack {
 			return ack{num: num, permanent: true, err: streamwal.Errorf(streamwal.CodeUnrecoverable,
 				"refused by the server: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
 		}
-		return ack{num: num, dup: r.Error.ErrCode == errCodeDuplicateInBatch,
+		return ack{num: num, dup: r.Error.ErrCode == errCodeDuplicateInBatch, wrongSeq: r.Error.ErrCode == errCodeWrongLastSequence,
 			err: streamwal.Errorf(streamwal.CodeUnavailable, "refused: %s (err_code %d)", r.Error.Description, r.Error.ErrCode)}
 	}
 	if r.Count == 0 {
@@ -715,9 +722,12 @@ func (s *sequencer) noteRefusal(b *batch, a ack) {
 	if a.permanent {
 		b.permanent = a.err
 	}
-	if !a.dup {
-		// Duplicate refusals are cured by re-sending differently, not by
-		// waiting.
+	if !a.dup && !a.wrongSeq {
+		// Duplicate refusals are cured by re-sending differently, and a
+		// unit refused for its expected sequence by re-sending after
+		// recovery read the tail (a newer owner's barrier there stops the
+		// writer as fenced), not by waiting: only the other refusals back
+		// off.
 		s.refusals++
 	}
 }
