@@ -15,39 +15,55 @@ import (
 
 // BenchmarkRestartToWritable measures how long a restarted `streamwal
 // serve` takes to become writable on a log of 10,000, 100,000 and
-// 1,000,000 messages (all on one PChannel, whose owner replays it when it
-// opens it): per size, a data directory is preloaded once (through the
-// client, many appends in flight, --sync-always=false), and then, per
-// signal, each iteration starts serve on it (fsync on, as by default) and
-// times process start to the first acknowledged append, after the
-// previous incarnation was stopped with that signal. It reports the mean
-// ("ms/restart", "ms/serving": until serve printed its URL) and the
-// slowest ("max-ms/restart"); ns/op is the whole cycle, stop included.
-// With truncation on (the "truncated" variant: serve --retain 0s, the
-// preloaded messages flushed and truncated before the restarts) the
-// stream holds only the tail and the archive the rest. Run it with a
-// fixed count of restarts, for example:
+// 1,000,000 messages (all on one PChannel, whose owner replays it from its
+// checkpoint when it opens it): per size, a data directory is preloaded
+// once (through the client, many appends in flight, --sync-always=false),
+// and then, per signal, each iteration starts serve on it (fsync on, as by
+// default) and times process start to the first acknowledged append,
+// after the previous incarnation was stopped with that signal. It reports
+// the mean ("ms/restart", "ms/serving": until serve printed its URL) and
+// the slowest ("max-ms/restart"); ns/op is the whole cycle, stop
+// included.
+//
+// A restarted nats-server reloads the message IDs of every message stored
+// within its stream's duplicate window, to drop retried appends: that cost
+// grows with what was written in the last window, not with the log. The
+// variants tell the two apart: "recent" restarts right after the preload
+// with the default window (2 min), so every preloaded message is still in
+// it; "old" restarts the same log with --duplicate-window 1s, as a log
+// written longer than a window ago; "truncated" serves with --retain 0s
+// (the preloaded messages flushed and truncated before the restarts), so
+// that the stream holds only the tail and the archive the rest. Run it
+// with a fixed count of restarts, for example:
 //
 //	go test -run '^$' -bench BenchmarkRestartToWritable -benchtime 5x ./cmd/streamwal/
 func BenchmarkRestartToWritable(b *testing.B) {
+	oldLog := []string{"--duplicate-window", "1s"}
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
-		for _, truncated := range []bool{false, true} {
-			name := fmt.Sprintf("log=%d", n)
-			var args []string
-			if truncated {
-				name, args = name+"/truncated", []string{"--retain", "0s", "--duplicate-window", "1s"}
-			}
-			b.Run(name, func(b *testing.B) {
-				dir := b.TempDir()
-				preloadLog(b, dir, n)
-				if truncated {
-					truncateLog(b, dir, n)
-				}
-				for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
-					b.Run(signalName[sig], func(b *testing.B) { benchRestarts(b, dir, sig, args...) })
-				}
-			})
+		b.Run(fmt.Sprintf("log=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			preloadLog(b, dir, n)
+			benchSignals(b, "recent", dir)
+			benchSignals(b, "old", dir, oldLog...)
+		})
+		b.Run(fmt.Sprintf("log=%d/truncated", n), func(b *testing.B) {
+			dir := b.TempDir()
+			preloadLog(b, dir, n)
+			truncateLog(b, dir, n)
+			benchSignals(b, "", dir, append([]string{"--retain", "0s"}, oldLog...)...)
+		})
+	}
+}
+
+// benchSignals runs the restarts of one variant (named by prefix, if any)
+// after each signal.
+func benchSignals(b *testing.B, prefix, dir string, args ...string) {
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		name := signalName[sig]
+		if prefix != "" {
+			name = prefix + "/" + name
 		}
+		b.Run(name, func(b *testing.B) { benchRestarts(b, dir, sig, args...) })
 	}
 }
 
