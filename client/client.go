@@ -110,6 +110,7 @@ type options struct {
 	local       bool
 	logger      zerolog.Logger
 	tracer      trace.TracerProvider
+	natsOpts    []nats.Option
 }
 
 // Option configures a client.
@@ -153,6 +154,14 @@ func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = 
 // none).
 func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
 
+// WithNATSOptions adds options to the connection Connect opens
+// (credentials, TLS, reconnect settings, ...), applied after Connect's own
+// defaults (reconnect forever, name "streamwal-client") so that they may
+// override them. New ignores them: its connection is the caller's.
+func WithNATSOptions(opts ...nats.Option) Option {
+	return func(o *options) { o.natsOpts = append(o.natsOpts, opts...) }
+}
+
 // Client is a connection to a streamwal cluster. It is safe for concurrent
 // use.
 type Client struct {
@@ -169,10 +178,16 @@ type Client struct {
 	wg       sync.WaitGroup
 }
 
-// Connect dials a NATS URL and returns a client that closes the connection
-// when it is closed.
+// Connect dials a NATS URL (or several, comma-separated) and returns a
+// client that closes the connection when it is closed. WithNATSOptions
+// adds options to the connection.
 func Connect(url string, opts ...Option) (*Client, error) {
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.Name("streamwal-client"))
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	natsOpts := append([]nats.Option{nats.MaxReconnects(-1), nats.Name("streamwal-client")}, o.natsOpts...)
+	nc, err := nats.Connect(url, natsOpts...)
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect %s: %v", url, err)
 	}
