@@ -61,6 +61,9 @@ func (o ClusterOptions) Validate() error {
 	if o.Server.StoreDir != "" || o.Server.Port != 0 || o.Server.ServerName != "" {
 		return invalid("cluster Server template must not set StoreDir, Port or ServerName")
 	}
+	if o.Server.HTTPPort > 0 {
+		return invalid("cluster Server template HTTPPort must be 0 (off) or -1 (a free port for each member)")
+	}
 	tpl := o.Server
 	tpl.StoreDir = o.BaseDir
 	if err := tpl.Validate(); err != nil {

@@ -51,6 +51,12 @@ type Options struct {
 	// kept across [Server.Restart]); valid range 0..65535.
 	Port int
 
+	// HTTPPort turns on nats-server's HTTP monitoring endpoint (/varz,
+	// /jsz, /connz, ...) on Host: 0 (the default) leaves it off, -1 picks
+	// a free port (then kept across [Server.Restart]); valid range
+	// -1..65535. [Server.MonitorURL] is its address.
+	HTTPPort int
+
 	// SyncAlways makes JetStream fsync every write before acknowledging it
 	// (nats-server option SyncAlways, configuration "sync_interval: always").
 	// When false, writes reach the operating system before the ack and are
@@ -96,6 +102,9 @@ func (o Options) Validate() error {
 	}
 	if o.Port < 0 || o.Port > 65535 {
 		return invalid("Port %d out of range 0..65535", o.Port)
+	}
+	if o.HTTPPort < -1 || o.HTTPPort > 65535 {
+		return invalid("HTTPPort %d out of range -1..65535", o.HTTPPort)
 	}
 	if strings.ContainsAny(o.ServerName, " \t\r\n") {
 		return invalid("ServerName %q contains whitespace", o.ServerName)

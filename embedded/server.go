@@ -86,6 +86,9 @@ func (s *Server) startLocked() error {
 	if addr, ok := ns.Addr().(*net.TCPAddr); ok {
 		s.opts.Port = addr.Port // keep the chosen port across restarts
 	}
+	if addr := ns.MonitorAddr(); addr != nil {
+		s.opts.HTTPPort = addr.Port // likewise the monitoring port
+	}
 	return nil
 }
 
@@ -106,7 +109,9 @@ func (s *Server) natsOptions() *server.Options {
 		SyncAlways:             s.opts.SyncAlways,
 		JetStreamMaxMemory:     s.opts.JetStreamMaxMemory,
 		JetStreamMaxStore:      s.opts.JetStreamMaxStore,
-		NoSigs:                 true, // never install signal handlers in a library
+		HTTPHost:               s.opts.Host,
+		HTTPPort:               s.opts.HTTPPort, // 0 off, -1 (RANDOM_PORT) a free one
+		NoSigs:                 true,            // never install signal handlers in a library
 		DisableJetStreamBanner: true,
 	}
 	if m := s.member; m != nil {
@@ -234,6 +239,17 @@ func (s *Server) Addr() string {
 // ClientURL returns the URL clients connect to, nats://host:port.
 func (s *Server) ClientURL() string {
 	return "nats://" + s.Addr()
+}
+
+// MonitorURL returns the address of the HTTP monitoring endpoint,
+// http://host:port, or "" when Options.HTTPPort left it off.
+func (s *Server) MonitorURL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.HTTPPort <= 0 {
+		return ""
+	}
+	return "http://" + net.JoinHostPort(connectHost(s.opts.Host), strconv.Itoa(s.opts.HTTPPort))
 }
 
 // Connect connects a NATS client to the server.
