@@ -331,3 +331,119 @@ func pad20(n uint64) string {
 	s := strconv.FormatUint(n, 10)
 	return strings.Repeat("0", 20-len(s)) + s
 }
+
+// Wildcards of the cluster's request and live subjects, for the
+// permissions of package auth.
+
+// AppendWildcard matches the append subject of every PChannel of c:
+// "walapi.<c>.append.*".
+func (c Cluster) AppendWildcard() string { return apiRoot + "." + string(c) + ".append.*" }
+
+// CoordWildcard matches every coordinator request of c:
+// "walapi.<c>.coord.>".
+func (c Cluster) CoordWildcard() string { return apiRoot + "." + string(c) + ".coord.>" }
+
+// NodeWildcard matches operation op on every node of c:
+// "walapi.<c>.node.*.<op>".
+func (c Cluster) NodeWildcard(op NodeOp) string {
+	return apiRoot + "." + string(c) + ".node.*." + string(op)
+}
+
+// LiveWildcard matches every live (core NATS, never stored) subject of c:
+// "wallive.<c>.>".
+func (c Cluster) LiveWildcard() string { return liveRoot + "." + string(c) + ".>" }
+
+// JetStream's own names: the API subjects nats-server answers, the streams
+// and subjects behind KV buckets and object stores, and the inboxes of
+// replies. They are nats-server's conventions, written down here (and only
+// here) for the permissions of package auth.
+const (
+	jsAPIRoot       = "$JS.API"
+	jsAckRoot       = "$JS.ACK"
+	jsFCRoot        = "$JS.FC"
+	kvRoot          = "$KV"
+	objectRoot      = "$O"
+	kvStreamPrefix  = "KV_"
+	objStreamPrefix = "OBJ_"
+
+	// JSAccountInfo is the JetStream account information request, which a
+	// KV bucket's creation makes first.
+	JSAccountInfo = jsAPIRoot + ".INFO"
+	// InboxWildcard matches the reply subjects of every request (nats.go's
+	// default inbox prefix).
+	InboxWildcard = "_INBOX.>"
+	// FullWildcard matches every subject.
+	FullWildcard = ">"
+)
+
+// JSOp names a JetStream API request about one stream.
+type JSOp string
+
+// The JetStream API requests about one stream. Those about a consumer take
+// the consumer's name (and a create may take a filter) after the stream:
+// match them with [JSAPIWildcard].
+const (
+	JSStreamInfo   JSOp = "STREAM.INFO"
+	JSStreamCreate JSOp = "STREAM.CREATE"
+	JSStreamUpdate JSOp = "STREAM.UPDATE"
+	JSStreamDelete JSOp = "STREAM.DELETE"
+	JSStreamPurge  JSOp = "STREAM.PURGE"
+	// JSStreamMsgGet reads a message through the stream's leader.
+	JSStreamMsgGet JSOp = "STREAM.MSG.GET"
+	// JSStreamMsgDelete removes one message.
+	JSStreamMsgDelete JSOp = "STREAM.MSG.DELETE"
+	// JSDirectGet reads messages from any replica (by sequence, or the
+	// last of a subject appended after the stream's name).
+	JSDirectGet      JSOp = "DIRECT.GET"
+	JSConsumerCreate JSOp = "CONSUMER.CREATE"
+	JSConsumerInfo   JSOp = "CONSUMER.INFO"
+	JSConsumerDelete JSOp = "CONSUMER.DELETE"
+	// JSConsumerNext is a pull consumer's fetch.
+	JSConsumerNext JSOp = "CONSUMER.MSG.NEXT"
+)
+
+// JSAPISubject is the subject of request op about stream:
+// "$JS.API.<op>.<stream>".
+func JSAPISubject(op JSOp, stream string) string { return jsAPIRoot + "." + string(op) + "." + stream }
+
+// JSAPIWildcard matches the subjects of request op about stream that carry
+// more tokens (a consumer's name, a create's filter, a direct get's
+// subject): "$JS.API.<op>.<stream>.>".
+func JSAPIWildcard(op JSOp, stream string) string { return JSAPISubject(op, stream) + ".>" }
+
+// JSAckWildcards match the acknowledgements of the consumers of stream, in
+// both of nats-server's formats ("$JS.ACK.<stream>.>" and, with a domain
+// and an account hash in front, "$JS.ACK.*.*.<stream>.>").
+func JSAckWildcards(stream string) []string {
+	return []string{jsAckRoot + "." + stream + ".>", jsAckRoot + ".*.*." + stream + ".>"}
+}
+
+// JSFlowControlWildcards match the flow-control replies of the push
+// consumers of stream, in both of nats-server's formats.
+func JSFlowControlWildcards(stream string) []string {
+	return []string{jsFCRoot + "." + stream + ".>", jsFCRoot + ".*.*." + stream + ".>"}
+}
+
+// KVStreamName is the stream that holds KV bucket bucket: "KV_<bucket>".
+func KVStreamName(bucket string) string { return kvStreamPrefix + bucket }
+
+// KVWildcard matches every key of KV bucket bucket: "$KV.<bucket>.>".
+func KVWildcard(bucket string) string { return kvRoot + "." + bucket + ".>" }
+
+// KVKeySubject is the subject a write of key in KV bucket bucket publishes
+// to: "$KV.<bucket>.<key>".
+func KVKeySubject(bucket, key string) string { return kvRoot + "." + bucket + "." + key }
+
+// ObjectStreamName is the stream that holds object store bucket:
+// "OBJ_<bucket>".
+func ObjectStreamName(bucket string) string { return objStreamPrefix + bucket }
+
+// ObjectWildcard matches every chunk and every metadata subject of object
+// store bucket: "$O.<bucket>.>".
+func ObjectWildcard(bucket string) string { return objectRoot + "." + bucket + ".>" }
+
+// ServerJSZPing asks every server for its JetStream information, its
+// configuration included (whether it fsyncs every write): nats-server's
+// "$SYS.REQ.SERVER.PING.JSZ", answered only to users of the system
+// account.
+const ServerJSZPing = "$SYS.REQ.SERVER.PING.JSZ"

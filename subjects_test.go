@@ -1,16 +1,22 @@
 package streamwal_test
 
 import (
+	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/embedded"
 )
 
 // subjectMatches is a minimal NATS subject matcher: '*' matches one token,
@@ -606,4 +612,150 @@ func TestAllVChannelsAndPChannelLevelFilters(t *testing.T) {
 		require.False(rt, subjectMatches(rt, all, c.LiveTickSubject(p)))
 		require.False(rt, subjectMatches(rt, lvl, c.LiveTickSubject(p)))
 	})
+}
+
+func TestPermissionWildcards(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		c := drawCluster(rt, "cluster")
+		other := drawCluster(rt, "other")
+		p := drawPChannel(rt, "p")
+		node, err := streamwal.ParseNodeID(genNodeID.Draw(rt, "node"))
+		require.NoError(rt, err)
+		for _, w := range []string{c.AppendWildcard(), c.CoordWildcard(), c.LiveWildcard()} {
+			requireFilterSubject(rt, w)
+		}
+		require.True(rt, subjectMatches(rt, c.AppendWildcard(), c.AppendSubject(p)))
+		require.True(rt, subjectMatches(rt, c.LiveWildcard(), c.LiveTickSubject(p)))
+		require.False(rt, subjectMatches(rt, c.LiveWildcard(), c.AppendSubject(p)))
+		for _, op := range allCoordOps {
+			require.True(rt, subjectMatches(rt, c.CoordWildcard(), c.CoordSubject(op)))
+			require.False(rt, subjectMatches(rt, c.AppendWildcard(), c.CoordSubject(op)))
+		}
+		require.False(rt, subjectMatches(rt, c.CoordWildcard(), c.AppendSubject(p)))
+		for _, op := range allNodeOps {
+			requireFilterSubject(rt, c.NodeWildcard(op))
+			require.False(rt, subjectMatches(rt, c.CoordWildcard(), c.NodeSubject(node, op)))
+			require.False(rt, subjectMatches(rt, c.AppendWildcard(), c.NodeSubject(node, op)))
+			for _, op2 := range allNodeOps {
+				require.Equal(rt, op == op2, subjectMatches(rt, c.NodeWildcard(op2), c.NodeSubject(node, op)))
+			}
+		}
+		if other != c {
+			require.False(rt, subjectMatches(rt, other.AppendWildcard(), c.AppendSubject(p)))
+			require.False(rt, subjectMatches(rt, other.CoordWildcard(), c.CoordSubject(streamwal.CoordStatus)))
+			require.False(rt, subjectMatches(rt, other.LiveWildcard(), c.LiveTickSubject(p)))
+		}
+	})
+}
+
+// TestJetStreamNames checks the names of JetStream's own conventions
+// against what nats.go and nats-server do: the streams behind a KV bucket
+// and an object store, the subjects their writes publish to, and the API
+// requests nats.go sends (seen by subscribing to the subject we name).
+func TestJetStreamNames(t *testing.T) {
+	srv := embedded.StartTest(t)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := streamwal.Cluster("names")
+
+	bucket := c.BucketName(streamwal.BucketLeader)
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket})
+	require.NoError(t, err)
+	info, err := js.Stream(ctx, streamwal.KVStreamName(bucket))
+	require.NoError(t, err, "the stream behind the bucket")
+	require.NotEmpty(t, info.CachedInfo().Config.Subjects)
+	for _, s := range info.CachedInfo().Config.Subjects {
+		require.True(t, subjectMatches(t, streamwal.KVWildcard(bucket), s), "bucket subject %s", s)
+	}
+	put := subscribeSync(t, nc, streamwal.KVKeySubject(bucket, streamwal.KeyLeader))
+	_, err = kv.Put(ctx, streamwal.KeyLeader, []byte("x"))
+	require.NoError(t, err)
+	nextMsg(t, put)
+
+	store := c.ObjectStoreName(streamwal.ObjectStoreSegments)
+	obs, err := js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: store})
+	require.NoError(t, err)
+	info, err = js.Stream(ctx, streamwal.ObjectStreamName(store))
+	require.NoError(t, err, "the stream behind the object store")
+	for _, s := range info.CachedInfo().Config.Subjects {
+		require.True(t, subjectMatches(t, streamwal.ObjectWildcard(store), s), "object store subject %s", s)
+	}
+	chunks := subscribeSync(t, nc, streamwal.ObjectWildcard(store))
+	_, err = obs.PutBytes(ctx, "obj", []byte("data"))
+	require.NoError(t, err)
+	nextMsg(t, chunks)
+
+	p := mustPChannel(t, "pchan", 0)
+	wal, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: c.StreamName(p), Subjects: c.StreamSubjects(p)})
+	require.NoError(t, err)
+	tick, err := streamwal.ParseToken("timetick")
+	require.NoError(t, err)
+	_, err = js.Publish(ctx, c.PChannelSubject(p, tick), nil)
+	require.NoError(t, err)
+	cons, err := wal.CreateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+	require.NoError(t, err)
+	batch, err := cons.FetchNoWait(1)
+	require.NoError(t, err)
+	acked := 0
+	for m := range batch.Messages() {
+		reply := m.Reply()
+		require.True(t, slices.ContainsFunc(streamwal.JSAckWildcards(c.StreamName(p)), func(w string) bool {
+			return subjectMatches(t, w, reply)
+		}), "ack subject %s", reply)
+		acked++
+	}
+	require.NoError(t, batch.Error())
+	require.Equal(t, 1, acked)
+
+	stream := streamwal.KVStreamName(bucket)
+	for _, want := range []struct {
+		subject string
+		do      func() error
+	}{
+		{streamwal.JSAccountInfo, func() error { _, err := js.AccountInfo(ctx); return err }},
+		{streamwal.JSAPISubject(streamwal.JSStreamInfo, stream), func() error { _, err := js.Stream(ctx, stream); return err }},
+		{streamwal.JSAPIWildcard(streamwal.JSDirectGet, stream), func() error { _, err := kv.Get(ctx, streamwal.KeyLeader); return err }},
+		{streamwal.JSAPISubject(streamwal.JSStreamMsgGet, wal.CachedInfo().Config.Name), func() error {
+			_, err := wal.GetMsg(ctx, 1) // no direct gets on this stream
+			return err
+		}},
+		{streamwal.JSAPIWildcard(streamwal.JSConsumerCreate, stream), func() error {
+			_, err := js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{FilterSubjects: []string{streamwal.KVWildcard(bucket)}})
+			return err
+		}},
+		{streamwal.JSAPISubject(streamwal.JSStreamPurge, stream), func() error {
+			if err := kv.Delete(ctx, streamwal.KeyLeader); err != nil {
+				return err
+			}
+			return kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1))
+		}},
+		{streamwal.JSAPISubject(streamwal.JSStreamDelete, streamwal.ObjectStreamName(store)), func() error { return js.DeleteObjectStore(ctx, store) }},
+	} {
+		sub := subscribeSync(t, nc, want.subject)
+		require.NoError(t, want.do(), want.subject)
+		nextMsg(t, sub)
+	}
+}
+
+// subscribeSync subscribes to subject and flushes, so that the server
+// knows the subscription before the test publishes.
+func subscribeSync(t *testing.T, nc *nats.Conn, subject string) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.SubscribeSync(subject)
+	require.NoError(t, err)
+	require.NoError(t, nc.Flush())
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return sub
+}
+
+// nextMsg requires a message on sub within a few seconds.
+func nextMsg(t *testing.T, sub *nats.Subscription) {
+	t.Helper()
+	_, err := sub.NextMsg(5 * time.Second)
+	require.NoError(t, err, "nothing on %s", sub.Subject)
 }

@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 )
 
@@ -89,6 +92,43 @@ type Options struct {
 	// component=nats-server. The zero value means zerolog.Nop(). nats-server
 	// debug and trace output is enabled when the logger's level allows it.
 	Logger zerolog.Logger
+
+	// Users, when not empty, are the only clients the server accepts: nkey
+	// users with their permissions (package auth derives streamwal's roles
+	// and reads them from an auth.conf). Empty accepts every client with
+	// every permission.
+	Users []*server.NkeyUser
+
+	// TLS, when set, makes the client port require TLS.
+	TLS *TLS
+}
+
+// TLS is the server side of TLS on the client port (PEM files).
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate (chain) and
+	// private key. Required.
+	CertFile, KeyFile string
+	// CAFile holds the CAs that client certificates must be signed by.
+	// Required when Verify.
+	CAFile string
+	// Verify requires every client to present a certificate signed by a CA
+	// of CAFile.
+	Verify bool
+}
+
+// config builds the server's TLS configuration, loading the files.
+func (t *TLS) config() (*tls.Config, error) {
+	if t.CertFile == "" || t.KeyFile == "" {
+		return nil, invalid("TLS needs CertFile and KeyFile")
+	}
+	if t.Verify && t.CAFile == "" {
+		return nil, invalid("TLS Verify needs CAFile")
+	}
+	c, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: t.CertFile, KeyFile: t.KeyFile, CaFile: t.CAFile, Verify: t.Verify})
+	if err != nil {
+		return nil, invalid("TLS: %v", err)
+	}
+	return c, nil
 }
 
 // Validate reports whether o is usable by [Start]. Zero values that select a
@@ -112,7 +152,25 @@ func (o Options) Validate() error {
 	if o.MaxPayload < 0 || o.MaxPayload > MaxMaxPayload {
 		return invalid("MaxPayload %d out of range 0..%d", o.MaxPayload, MaxMaxPayload)
 	}
+	if err := o.validateSecurity(); err != nil {
+		return err
+	}
 	return o.validateLimits()
+}
+
+// validateSecurity checks the users and loads the TLS files.
+func (o Options) validateSecurity() error {
+	for i, u := range o.Users {
+		if u == nil || !nkeys.IsValidPublicUserKey(u.Nkey) {
+			return invalid("Users[%d] is not an nkey user", i)
+		}
+	}
+	if o.TLS != nil {
+		if _, err := o.TLS.config(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (o Options) validateLimits() error {

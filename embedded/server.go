@@ -69,7 +69,11 @@ func (s *Server) startLocked() error {
 	if s.ns != nil {
 		return nil
 	}
-	ns, err := server.NewServer(s.natsOptions())
+	var ns *server.Server
+	no, err := s.natsOptions()
+	if err == nil {
+		ns, err = server.NewServer(no)
+	}
 	if err != nil {
 		return fmt.Errorf("embedded: configure nats-server %q: %w", s.opts.ServerName, err)
 	}
@@ -93,8 +97,9 @@ func (s *Server) startLocked() error {
 }
 
 // natsOptions translates s's configuration into fresh nats-server options
-// (nats-server mutates the options it is given, so they are never reused).
-func (s *Server) natsOptions() *server.Options {
+// (nats-server mutates the options it is given, so they are never reused);
+// the TLS files are loaded again at every start.
+func (s *Server) natsOptions() (*server.Options, error) {
 	port := s.opts.Port
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -118,7 +123,15 @@ func (s *Server) natsOptions() *server.Options {
 		no.Cluster = server.ClusterOpts{Name: m.clusterName, Host: s.opts.Host, Port: m.routePort}
 		no.Routes = m.routes
 	}
-	return no
+	no.Nkeys = s.opts.Users
+	if t := s.opts.TLS; t != nil {
+		c, err := t.config()
+		if err != nil {
+			return nil, err
+		}
+		no.TLS, no.TLSConfig, no.TLSVerify = true, c, t.Verify
+	}
+	return no, nil
 }
 
 // waitReady polls until ns accepts connections with JetStream enabled, a
@@ -236,9 +249,16 @@ func (s *Server) Addr() string {
 	return net.JoinHostPort(connectHost(s.opts.Host), strconv.Itoa(s.opts.Port))
 }
 
-// ClientURL returns the URL clients connect to, nats://host:port.
+// ClientURL returns the URL clients connect to: nats://host:port, or
+// tls://host:port when the server requires TLS.
 func (s *Server) ClientURL() string {
-	return "nats://" + s.Addr()
+	s.mu.Lock()
+	scheme := "nats://"
+	if s.opts.TLS != nil {
+		scheme = "tls://"
+	}
+	s.mu.Unlock()
+	return scheme + s.Addr()
 }
 
 // MonitorURL returns the address of the HTTP monitoring endpoint,

@@ -40,6 +40,30 @@ type Options struct {
 	// Logger receives every component's logs (the zero value discards
 	// them).
 	Logger zerolog.Logger
+	// ConnectOptions, when set, adds options to each connection the
+	// system opens, by the member that uses it: the credentials (and TLS
+	// settings) a server with users requires (see package auth).
+	ConnectOptions func(Member) []nats.Option
+}
+
+// Member is who uses a connection of the system.
+type Member string
+
+// The members of a system.
+const (
+	MemberCoordinator Member = "coord"
+	MemberNode        Member = "node"
+	// MemberClient is the system's own connection (Conn): status, and the
+	// checks of tests.
+	MemberClient Member = "client"
+)
+
+// connectOptions are m's connection options: opts, then ConnectOptions'.
+func (o Options) connectOptions(m Member, opts ...nats.Option) []nats.Option {
+	if o.ConnectOptions == nil {
+		return opts
+	}
+	return append(opts, o.ConnectOptions(m)...)
 }
 
 // System is an in-process cluster.
@@ -86,7 +110,7 @@ func Start(ctx context.Context, o Options) (*System, error) {
 		}
 		s.ownsSrv = true
 	}
-	if s.admin, err = s.Server.Connect(nats.Name("streamwal-admin")); err != nil {
+	if s.admin, err = s.Server.Connect(o.connectOptions(MemberClient, nats.Name("streamwal-admin"))...); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -109,8 +133,8 @@ func Start(ctx context.Context, o Options) (*System, error) {
 func (s *System) Conn() *nats.Conn { return s.admin }
 
 // connect opens a member's connection.
-func (s *System) connect(name string) (*nats.Conn, error) {
-	return s.Server.Connect(nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+func (s *System) connect(name string, m Member) (*nats.Conn, error) {
+	return s.Server.Connect(s.opts.connectOptions(m, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))...)
 }
 
 // AddCoordinator starts one more coordinator (a standby if one is active).
@@ -119,7 +143,7 @@ func (s *System) AddCoordinator(ctx context.Context) (*coord.Coordinator, error)
 	s.nextID++
 	id := fmt.Sprintf("coord-%d", s.nextID)
 	s.mu.Unlock()
-	nc, err := s.connect(id)
+	nc, err := s.connect(id, MemberCoordinator)
 	if err != nil {
 		return nil, err
 	}
@@ -199,7 +223,7 @@ func (s *System) StartNode(ctx context.Context, id streamwal.NodeID) (*node.Node
 	if running {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "node %s is running", id)
 	}
-	nc, err := s.connect(string(id))
+	nc, err := s.connect(string(id), MemberNode)
 	if err != nil {
 		return nil, err
 	}
