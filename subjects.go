@@ -252,6 +252,24 @@ func (c Cluster) BucketName(b Bucket) string {
 	return walRoot + "_" + string(c) + "_" + string(b)
 }
 
+// ClusterOfBucket is the cluster whose bucket b is called name, and
+// whether name is such a bucket: the inverse of BucketName.
+func ClusterOfBucket(name string, b Bucket) (Cluster, bool) {
+	rest, ok := strings.CutPrefix(name, walRoot+"_")
+	if !ok {
+		return "", false
+	}
+	rest, ok = strings.CutSuffix(rest, "_"+string(b))
+	if !ok {
+		return "", false
+	}
+	c, err := ParseCluster(rest)
+	if err != nil || c.BucketName(b) != name {
+		return "", false
+	}
+	return c, true
+}
+
 // ObjectStoreSegments names the object store of flushed segment data.
 const ObjectStoreSegments = "segments"
 

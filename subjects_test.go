@@ -166,6 +166,29 @@ func TestBucketNames(t *testing.T) {
 	})
 }
 
+func TestClusterOfBucket(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		c := drawCluster(rt, "cluster")
+		for _, b := range streamwal.Buckets {
+			got, ok := streamwal.ClusterOfBucket(c.BucketName(b), b)
+			require.True(rt, ok, c.BucketName(b))
+			require.Equal(rt, c, got)
+			for _, other := range streamwal.Buckets {
+				if other != b {
+					_, ok := streamwal.ClusterOfBucket(c.BucketName(b), other)
+					require.False(rt, ok, "%s is not a %s bucket", c.BucketName(b), other)
+				}
+			}
+		}
+		_, ok := streamwal.ClusterOfBucket(c.ObjectStoreName(streamwal.ObjectStoreSegments), streamwal.BucketLeader)
+		require.False(rt, ok)
+	})
+	for _, name := range []string{"", "wal__leader", "wal_leader", "KV_wal_local_leader", "wal_a.b_leader", "wal_local_leader_x", "x_local_leader"} {
+		_, ok := streamwal.ClusterOfBucket(name, streamwal.BucketLeader)
+		require.False(t, ok, name)
+	}
+}
+
 func TestNATSNamesValid(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		c := drawCluster(rt, "cluster")

@@ -70,8 +70,7 @@ func newBenchCmd() *cobra.Command {
 	fl.DurationVar(&f.duration, "duration", 5*time.Second, "least duration of each workload and system")
 	fl.IntVar(&f.minOps, "min-ops", 100, "least operations of each workload and system (however long they take)")
 	fl.BoolVar(&f.progress, "progress", true, "show a progress bar on standard error")
-	_ = fl.Set("timeout", "1h")
-	fl.Lookup("timeout").DefValue = "1h"
+	setFlagDefault(fl, "timeout", "1h")
 	return cmd
 }
 

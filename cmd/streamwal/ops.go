@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -69,6 +68,9 @@ func newStatusCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
 				st, err := c.Status(ctx)
 				if err != nil {
 					return err
@@ -151,12 +153,19 @@ func newCollectionCmd() *cobra.Command {
 		sub := &cobra.Command{
 			Use:   op,
 			Short: op + " a collection (a broadcast to its VChannels and the CChannel)",
+			Long:  collectionHelp[op],
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if col.DBName == "" || col.Name == "" || col.ID <= 0 {
 					return fmt.Errorf("--db, --name and a positive --id are required")
 				}
+				if op == "create" && col.Shards < 1 {
+					return fmt.Errorf("--shards must be at least 1 (the collection's VChannels, each on its own PChannel), got %d", col.Shards)
+				}
 				return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+					if err := pingCoordinator(ctx, c); err != nil {
+						return err
+					}
 					return runCollection(ctx, cmd.OutOrStdout(), c, op, *col, f.json)
 				})
 			},
@@ -173,6 +182,18 @@ func newCollectionCmd() *cobra.Command {
 		cmd.AddCommand(sub)
 	}
 	return cmd
+}
+
+// collectionHelp is the long help of collection create and drop.
+var collectionHelp = map[string]string{
+	"create": "Create the collection --db.--name under --id: allocate its --shards VChannels (each on its\n" +
+		"own PChannel) and broadcast its CreateCollection to them and to the CChannel.\n" +
+		"Creating a collection again under the same ID and name succeeds and changes nothing (a retry\n" +
+		"is safe). A name belongs to one live collection: another ID under a taken name is refused,\n" +
+		"and so is an ID taken by another name or by a dropped collection (IDs are never reused).",
+	"drop": "Drop the collection --db.--name of --id: broadcast its DropCollection to its VChannels and\n" +
+		"the CChannel, then release them. Appends to it are refused afterwards; its history stays\n" +
+		"readable (`streamwal tail --from-start`).",
 }
 
 // runCollection creates or drops a collection.
@@ -205,12 +226,17 @@ func runCollection(ctx context.Context, w io.Writer, c *client.Client, op string
 // newAppendCmd is `streamwal append`.
 func newAppendCmd() *cobra.Command {
 	f := &connFlags{}
-	var vchannel, typ string
+	var vchannel, typ, file string
+	types := strings.Join(appendTypes(messages.NewRegistry()), ", ")
 	cmd := &cobra.Command{
 		Use:   "append [payload...]",
-		Short: "Append messages to a VChannel (payloads from arguments, or one per line of standard input)",
+		Short: "Append messages to a VChannel (payloads from arguments, lines of standard input, or a file)",
 		Long: "Append messages to --vchannel: each argument is one message, or, without arguments,\n" +
-			"each line of standard input. Every message is built first, so bad input appends nothing.\n" +
+			"each line of standard input (without its newline), or, with --file, the file's bytes as\n" +
+			"one message, whatever they hold (--file - reads all of standard input as one). A payload\n" +
+			"may be as large as the cluster's payload limit and the server's max_payload allow; a\n" +
+			"larger one is refused, with the limit. --type is one of " + types + ",\n" +
+			"in any case. Every message is built first, so bad input appends nothing.\n" +
 			"The messages of one append land in the order given, however many there are and\n" +
 			"however often a fault makes the client retry (each keeps its message ID, so a retry\n" +
 			"of one that landed is not stored twice); other writers' messages may come between\n" +
@@ -221,12 +247,22 @@ func newAppendCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--vchannel: %w", err)
 			}
+			if _, err := appendType(messages.NewRegistry(), typ); err != nil {
+				return err
+			}
+			src := payloadSource{args: args, file: file, stdin: cmd.InOrStdin()}
+			if err := src.check(); err != nil {
+				return err
+			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
-				t, err := c.Codec().Registry().Lookup(typ)
+				t, err := appendType(c.Codec().Registry(), typ)
 				if err != nil {
-					return fmt.Errorf("--type: %w", err)
+					return err
 				}
-				payloads, err := appendPayloads(cmd.InOrStdin(), args)
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
+				payloads, err := src.read(c.MaxPayload())
 				if err != nil {
 					return err
 				}
@@ -239,31 +275,9 @@ func newAppendCmd() *cobra.Command {
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&vchannel, "vchannel", "", "target VChannel (required)")
-	cmd.Flags().StringVar(&typ, "type", messages.TypeInsert.Name, "message type")
+	cmd.Flags().StringVar(&typ, "type", messages.TypeInsert.Name, "message type, in any case: "+types)
+	cmd.Flags().StringVar(&file, "file", "", "append this file's bytes as one message (- for standard input)")
 	return cmd
-}
-
-// appendPayloads are the arguments, or the lines of standard input.
-func appendPayloads(in io.Reader, args []string) ([][]byte, error) {
-	var out [][]byte
-	for _, a := range args {
-		out = append(out, []byte(a))
-	}
-	if len(out) > 0 {
-		return out, nil
-	}
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64*1024), messages.DefaultMaxPayload)
-	for sc.Scan() {
-		out = append(out, append([]byte(nil), sc.Bytes()...))
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read standard input: %w", err)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no payload: give arguments or lines on standard input")
-	}
-	return out, nil
 }
 
 // runAppend builds every message first (so bad input appends nothing),
@@ -297,18 +311,37 @@ func runAppend(ctx context.Context, w io.Writer, c *client.Client, v streamwal.V
 func newTailCmd() *cobra.Command {
 	f := &connFlags{}
 	var vchannel, pchannel string
-	var fromStart bool
+	var fromStart, wait bool
 	var limit int
 	cmd := &cobra.Command{
 		Use:   "tail",
 		Short: "Follow a VChannel or PChannel in TimeTick order (transactions assembled)",
-		Args:  cobra.NoArgs,
+		Long: "Print the messages of --vchannel (or of every VChannel of --pchannel) in TimeTick order,\n" +
+			"a committed transaction as one Txn message with its bodies: new ones as they land, or\n" +
+			"all of them from the first with --from-start; until --limit messages were printed, or\n" +
+			"--timeout ends, or Ctrl-C. A VChannel of a collection that does not exist is refused at\n" +
+			"once (with --wait, tail follows it until the collection is created and what lands on it\n" +
+			"arrives), and so is one of a dropped collection without --from-start (nothing new lands\n" +
+			"on it). --json prints one object per message; a payload that is not UTF-8 text is given\n" +
+			"in base64, with \"payload_encoding\":\"base64\".",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return fmt.Errorf("--limit must be 0 (no limit: follow until --timeout or Ctrl-C) or a positive count, got %d", limit)
+			}
 			o, err := tailOptions(vchannel, pchannel, fromStart)
 			if err != nil {
 				return err
 			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
+				if !o.VChannel.IsZero() {
+					if err := checkTailVChannel(ctx, c, o.VChannel, fromStart, wait); err != nil {
+						return err
+					}
+				}
 				return runTail(ctx, cmd.OutOrStdout(), c, o, limit, f.json)
 			})
 		},
@@ -318,9 +351,9 @@ func newTailCmd() *cobra.Command {
 	fl.StringVar(&vchannel, "vchannel", "", "VChannel to follow")
 	fl.StringVar(&pchannel, "pchannel", "", "PChannel to follow (every VChannel)")
 	fl.BoolVar(&fromStart, "from-start", false, "start at the first message instead of new ones")
-	fl.IntVar(&limit, "limit", 0, "stop after this many messages (0: follow until --timeout or Ctrl-C)")
-	cmd.Flags().Lookup("timeout").DefValue = "87600h"
-	_ = cmd.Flags().Set("timeout", "87600h")
+	fl.IntVar(&limit, "limit", 0, "stop after this many messages (0: no limit, follow until --timeout or Ctrl-C)")
+	fl.BoolVar(&wait, "wait", false, "follow a VChannel whose collection does not exist yet, until it is created")
+	setFlagDefault(fl, "timeout", "87600h")
 	return cmd
 }
 
@@ -389,12 +422,16 @@ type tailLine struct {
 	Type     string             `json:"type"`
 	VChannel string             `json:"vchannel,omitempty"`
 	Payload  string             `json:"payload,omitempty"`
-	Txn      []tailLine         `json:"txn,omitempty"`
+	// PayloadEncoding is "base64" when the payload is not UTF-8 text and
+	// Payload is its standard base64 (absent otherwise).
+	PayloadEncoding string     `json:"payload_encoding,omitempty"`
+	Txn             []tailLine `json:"txn,omitempty"`
 }
 
 // lineOf describes a message.
 func lineOf(m *messages.ImmutableMessage) tailLine {
-	l := tailLine{ID: m.ID(), TimeTick: m.TimeTick(), Time: m.TimeTick().String(), Type: m.Type().Name, Payload: string(m.Payload())}
+	l := tailLine{ID: m.ID(), TimeTick: m.TimeTick(), Time: m.TimeTick().String(), Type: m.Type().Name}
+	l.Payload, l.PayloadEncoding = jsonPayload(m.Payload())
 	if !m.VChannel().IsZero() {
 		l.VChannel = m.VChannel().String()
 	}
@@ -410,9 +447,10 @@ func printMessage(w io.Writer, m *messages.ImmutableMessage, asJSON bool) error 
 	if asJSON {
 		return printJSON(w, l)
 	}
-	fmt.Fprintf(w, "%d %s %s %s %q\n", l.ID, l.Time, l.Type, l.VChannel, l.Payload)
-	for _, b := range l.Txn {
-		fmt.Fprintf(w, "    %d %s %s %q\n", b.ID, b.Time, b.Type, b.Payload)
+	// Payloads quoted as Go strings: bytes that are not text are escaped.
+	fmt.Fprintf(w, "%d %s %s %s %q\n", l.ID, l.Time, l.Type, l.VChannel, m.Payload())
+	for i, b := range m.TxnBody() {
+		fmt.Fprintf(w, "    %d %s %s %q\n", l.Txn[i].ID, l.Txn[i].Time, l.Txn[i].Type, b.Payload())
 	}
 	return nil
 }

@@ -580,7 +580,7 @@ func TestBadFlagsAndBadInputAreRefusedAndChangeNothing(t *testing.T) {
 		{args: []string{"append", "--vchannel", v, "--type", "Nope", "x"}, want: "unknown message type"},
 		{args: []string{"append", "--vchannel", v, "--type", "Txn", "x"}, want: "INVALID_ARGUMENT"},
 		{args: []string{"append", "--vchannel", v, "--type", "TimeTick", "x"}, want: "INVALID_ARGUMENT"},
-		{args: []string{"append", "--vchannel", v, "--type", "CreateCollection", "x"}, want: "malformed"},
+		{args: []string{"append", "--vchannel", v, "--type", "CreateCollection", "x"}, want: "append takes Insert, Delete, Upsert"},
 		{args: []string{"append", "--vchannel", "pchan-0_vcchan", "x"}, want: "cannot target"},
 		{args: []string{"append", "--vchannel", "pchan-3_99v0", "x"}, want: "collection not found"},
 		{args: []string{"append", "--vchannel", v}, stdin: "", want: "no payload"},

@@ -5,6 +5,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -286,7 +287,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 	require.Greater(t, ran, 0)
 	for _, kind := range []string{"collection create", "append", "append from standard input", "tail", "status", "bench",
-		"nats stream ls", "nats stream view", "nats sub", "nats kv ls", "nats kv watch"} {
+		"nats stream ls", "nats stream view", "nats stream get", "nats sub", "nats kv ls", "nats kv watch"} {
 		require.True(t, seen[kind], "the walkthrough shows no %s", kind)
 	}
 }
@@ -355,6 +356,17 @@ func checkNats(t *testing.T, c *cluster, where string, args []string, seen map[s
 			require.NoError(t, err, where)
 			require.NotEmpty(t, m.Header.Get("Wal-Type"), "%s: message %d has its type in a header", where, seq)
 		}
+	case cmd == "stream get" && len(rest) == 2:
+		seq, err := strconv.ParseUint(rest[1], 10, 64)
+		require.NoError(t, err, "%s: a MessageID", where)
+		m, err := c.js.GetMsg(rest[0], seq)
+		require.NoError(t, err, where)
+		require.NotEmpty(t, m.Header.Get("Wal-Type"), "%s: message %d has its type in a header", where, seq)
+	case cmd == "stream get" && len(rest) == 3 && rest[1] == "--last-for":
+		m, err := c.js.GetLastMsg(rest[0], rest[2])
+		require.NoError(t, err, where)
+		require.Equal(t, rest[2], m.Subject, where)
+		require.NotEmpty(t, m.Header.Get("Wal-Type"), where)
 	case cmd == "kv ls" && len(rest) == 0:
 		var buckets []string
 		for name := range c.js.KeyValueStoreNames() {

@@ -138,7 +138,7 @@ type serving struct {
 // says that the data directory's lock is held, so that the coordinator may
 // take over its own previous incarnation's lease at once.
 func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bool) (*serving, error) {
-	log := logging.New(cmd.ErrOrStderr(), cfg.level, true)
+	log := newLogger(cmd, cfg.level)
 	srv, err := embedded.Start(embedded.Options{
 		StoreDir: f.dataDir, Host: f.host, Port: f.port, SyncAlways: f.syncAlways,
 		// nats-server's notices are for its own operators: keep them at warn

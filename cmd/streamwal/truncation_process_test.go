@@ -264,7 +264,8 @@ func TestServeRefusesAPChannelThatLostHistory(t *testing.T) {
 
 	cutTail(t, lastBlock(t, dir, lp), 4<<10)
 
-	p = startServe(t, dir)
+	// Text logs, which the checks below read (a pipe gets JSON lines by default).
+	p = startServe(t, dir, "--log-format", "text")
 	url = p.waitURL(serveTimeout)
 	banner := p.waitOutput(10*time.Second, "Press Ctrl-C to stop.")
 	refusal := regexp.MustCompile(`(?m)^  NOT SERVED: +` + lp.String() + `: (HISTORY_LOST: .*)$`).FindStringSubmatch(banner)

@@ -682,6 +682,9 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 	if req.Lookup {
 		return wire.AllocateReply{}, nil
 	}
+	if err := ctl.nameFree(req.CollectionID, name); err != nil {
+		return wire.AllocateReply{}, err
+	}
 	order := slices.Clone(ctl.channels)
 	slices.SortStableFunc(order, func(a, b *wire.Assignment) int { return a.VChannels - b.VChannels })
 	var vs []string
@@ -719,6 +722,23 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 func sameName(id int64, have, name string) error {
 	if name != "" && have != "" && have != name {
 		return streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d is %s, not %s", id, have, name)
+	}
+	return nil
+}
+
+// nameFree refuses a new collection id whose name ("<db>.<name>", or ""
+// when unknown) a live collection already has: a name may be taken again
+// once its collection is dropped, never while it lives.
+func (ctl *control) nameFree(id int64, name string) error {
+	if name == "" {
+		return nil
+	}
+	for key, have := range ctl.alloc.Names {
+		if have == name {
+			if _, live := ctl.alloc.Collections[key]; live {
+				return streamwal.Errorf(streamwal.CodeInvalidArgument, "collection %d: the name %s is taken by collection %s", id, name, key)
+			}
+		}
 	}
 	return nil
 }

@@ -669,6 +669,42 @@ func TestAllocate(t *testing.T) {
 	require.Len(t, col.Collections["2"], 1)
 }
 
+// A name belongs to one live collection: another ID under it is refused
+// and changes nothing, the same ID under it is a retry, and a dropped
+// collection's name may be taken again.
+func TestAllocateRefusesANameTakenByAnotherCollection(t *testing.T) {
+	e := newEnv(t)
+	e.waitActive(5*time.Second, e.start("a"))
+	alloc := func(id int64, db, name string) ([]string, error) {
+		var r wire.AllocateReply
+		err := e.call(streamwal.CoordAllocate, wire.AllocateRequest{CollectionID: id, Shards: 1, DBName: db, Name: name}, &r)
+		return r.VChannels, err
+	}
+	v1, err := alloc(1, "shop", "orders")
+	require.NoError(t, err)
+	var before wire.Collections
+	e.load(streamwal.BucketVChannels, streamwal.KeyCollections, &before)
+
+	_, err = alloc(2, "shop", "orders")
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	require.ErrorContains(t, err, "the name shop.orders is taken by collection 1")
+	var after wire.Collections
+	e.load(streamwal.BucketVChannels, streamwal.KeyCollections, &after)
+	require.Equal(t, before, after, "the refused allocation changed the allocation")
+
+	again, err := alloc(1, "shop", "orders")
+	require.NoError(t, err, "a retry of the same collection")
+	require.Equal(t, v1, again)
+	_, err = alloc(3, "other", "orders")
+	require.NoError(t, err, "another database's collection of the same name")
+	_, err = alloc(4, "", "")
+	require.NoError(t, err, "a collection without a name")
+
+	require.NoError(t, e.call(streamwal.CoordRelease, wire.ReleaseRequest{CollectionID: 1}, nil))
+	_, err = alloc(5, "shop", "orders")
+	require.NoError(t, err, "the name of a dropped collection is free again")
+}
+
 func TestAllocateConcurrent(t *testing.T) {
 	// Concurrent allocations of one shard each spread evenly.
 	e := newEnv(t)
