@@ -2,6 +2,7 @@ package streamwal_test
 
 import (
 	"context"
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strconv"
@@ -781,4 +782,41 @@ func nextMsg(t *testing.T, sub *nats.Subscription) {
 	t.Helper()
 	_, err := sub.NextMsg(5 * time.Second)
 	require.NoError(t, err, "nothing on %s", sub.Subject)
+}
+
+// TestServerJSZPingAnswersTheSystemAccount checks ServerJSZPing on a real
+// server: a user of the system account gets the server's JetStream
+// configuration (it fsyncs every write, as started), an ordinary user no
+// answer.
+func TestServerJSZPingAnswersTheSystemAccount(t *testing.T) {
+	sys, app := server.NewAccount("SYS"), server.NewAccount("APP")
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true,
+		StoreDir: t.TempDir(), SyncAlways: true, NoSigs: true, NoLog: true, Accounts: []*server.Account{sys, app},
+		SystemAccount: "SYS", Users: []*server.User{{Username: "sys", Password: "s", Account: sys},
+			{Username: "app", Password: "a", Account: app}}})
+	require.NoError(t, err)
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	require.True(t, ns.ReadyForConnections(10*time.Second))
+
+	nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo("sys", "s"))
+	require.NoError(t, err)
+	defer nc.Close()
+	msg, err := nc.Request(streamwal.ServerJSZPing, []byte("{}"), 5*time.Second)
+	require.NoError(t, err)
+	var reply struct {
+		Data struct {
+			Config struct {
+				SyncAlways bool `json:"sync_always"`
+			} `json:"config"`
+		} `json:"data"`
+	}
+	require.NoError(t, json.Unmarshal(msg.Data, &reply), "%s", msg.Data)
+	require.True(t, reply.Data.Config.SyncAlways, "%s", msg.Data)
+
+	other, err := nats.Connect(ns.ClientURL(), nats.UserInfo("app", "a"))
+	require.NoError(t, err)
+	defer other.Close()
+	_, err = other.Request(streamwal.ServerJSZPing, []byte("{}"), 5*time.Second)
+	require.ErrorIs(t, err, nats.ErrNoResponders)
 }

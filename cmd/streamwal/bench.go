@@ -157,7 +157,7 @@ func benchAll(ctx context.Context, cmd *cobra.Command, f *benchFlags, c *client.
 
 // newBench creates the bench collections and a raw connection.
 func newBench(ctx context.Context, f *benchFlags, c *client.Client, errOut io.Writer) (*bench, error) {
-	nc, err := nats.Connect(f.server)
+	nc, err := f.dialRaw("streamwal-bench")
 	if err != nil {
 		return nil, err
 	}

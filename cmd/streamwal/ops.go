@@ -10,6 +10,7 @@ import (
 
 	"github.com/jedib0t/go-pretty/v6/table"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
@@ -17,36 +18,50 @@ import (
 	"github.com/streamwal/streamwal/services/read"
 )
 
-// connFlags are the flags of every command that talks to a cluster.
+// connFlags are the flags of every command that talks to a cluster: the
+// connection flags (connect.go), the cluster, a bound and the output.
 type connFlags struct {
-	server  string
+	natsFlags
 	cluster string
 	timeout time.Duration
 	json    bool
+	// flags is the command's flag set, once withClient resolved it.
+	flags *pflag.FlagSet
 }
 
-// add registers the flags on cmd.
+// add registers the flags on cmd and explains the connection flags and
+// their environment variables in its help.
 func (f *connFlags) add(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.server, "server", "nats://127.0.0.1:4222", "NATS URL of the cluster")
-	fl.StringVar(&f.cluster, "cluster", "local", "streamwal cluster name")
+	f.natsFlags.add(fl)
+	fl.StringVar(&f.cluster, flagCluster, "local", "streamwal cluster name (env STREAMWAL_CLUSTER)")
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "bound of the whole command")
 	fl.BoolVar(&f.json, "json", false, "print JSON instead of text")
+	addConnHelp(cmd)
 }
 
 // withClient runs fn with a client of the cluster and a context bounded
-// by --timeout, and closes the client afterwards.
+// by --timeout, and closes the client afterwards. Flags not given on the
+// command line are taken from the environment first (connEnv).
 func (f *connFlags) withClient(cmd *cobra.Command, fn func(ctx context.Context, c *client.Client) error) error {
+	f.flags = cmd.Flags()
+	if err := applyEnv(f.flags, connEnv); err != nil {
+		return err
+	}
 	cluster, err := streamwal.ParseCluster(f.cluster)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", origin(f.flags, flagCluster), err)
 	}
 	if f.timeout <= 0 {
 		return fmt.Errorf("--timeout must be positive")
 	}
-	c, err := client.Connect(f.server, client.WithCluster(cluster), client.WithoutLocalBypass())
+	opts, err := f.natsOptions(f.flags)
 	if err != nil {
 		return err
+	}
+	c, err := client.Connect(f.server, client.WithCluster(cluster), client.WithoutLocalBypass(), client.WithNATSOptions(opts...))
+	if err != nil {
+		return fmt.Errorf("%w (%s)%s", err, f.authDesc(), authHint(err))
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)

@@ -67,9 +67,11 @@ func buildBinary() (string, error) {
 	return path, nil
 }
 
-// serveProc is `streamwal serve` running as a child process.
+// serveProc is `streamwal serve` (or another long-running command:
+// coord, node) running as a child process.
 type serveProc struct {
 	t       testing.TB
+	name    string // the command, for messages
 	cmd     *exec.Cmd
 	stdout  syncBuffer
 	stderr  syncBuffer
@@ -83,13 +85,23 @@ type serveProc struct {
 // output is logged if the test failed.
 func startServe(t testing.TB, dir string, args ...string) *serveProc {
 	t.Helper()
+	return startProcess(t, nil, append([]string{"serve", "--data-dir", dir, "--port", "0"}, args...)...)
+}
+
+// startProcess starts the streamwal binary with args (the command first)
+// and, added to the test's environment, env ("NAME=value"). The process
+// is killed when the test ends if it still runs, and its output is logged
+// if the test failed.
+func startProcess(t testing.TB, env []string, args ...string) *serveProc {
+	t.Helper()
 	bin := streamwalBinary(t)
-	p := &serveProc{t: t, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, append([]string{"serve", "--data-dir", dir, "--port", "0"}, args...)...)
+	p := &serveProc{t: t, name: args[0], done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.started = time.Now()
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start serve: %v", err)
+		t.Fatalf("start %s: %v", p.name, err)
 	}
 	go func() {
 		p.waitErr = p.cmd.Wait()
@@ -124,12 +136,12 @@ func (p *serveProc) waitURL(timeout time.Duration) string {
 			return true, nil
 		}
 		if p.exited() {
-			return false, fmt.Errorf("serve exited before serving: %v", p.waitErr)
+			return false, fmt.Errorf("%s exited before serving: %v", p.name, p.waitErr)
 		}
 		return false, nil
 	})
 	if err != nil {
-		p.t.Fatalf("serve (pid %d): %v", p.pid(), err)
+		p.t.Fatalf("%s (pid %d): %v", p.name, p.pid(), err)
 	}
 	return url
 }
@@ -145,12 +157,12 @@ func (p *serveProc) waitOutput(timeout time.Duration, s string) string {
 			return true, nil
 		}
 		if p.exited() {
-			return false, fmt.Errorf("serve exited: %v", p.waitErr)
+			return false, fmt.Errorf("%s exited: %v", p.name, p.waitErr)
 		}
 		return false, nil
 	})
 	if err != nil {
-		p.t.Fatalf("serve (pid %d) never printed %q: %v", p.pid(), s, err)
+		p.t.Fatalf("%s (pid %d) never printed %q: %v", p.name, p.pid(), s, err)
 	}
 	return out
 }
@@ -159,7 +171,7 @@ func (p *serveProc) waitOutput(timeout time.Duration, s string) string {
 func (p *serveProc) signal(sig syscall.Signal) {
 	p.t.Helper()
 	if err := p.cmd.Process.Signal(sig); err != nil {
-		p.t.Fatalf("signal %v to serve (pid %d): %v", sig, p.pid(), err)
+		p.t.Fatalf("signal %v to %s (pid %d): %v", sig, p.name, p.pid(), err)
 	}
 }
 
@@ -170,7 +182,7 @@ func (p *serveProc) waitExit(timeout time.Duration) *os.ProcessState {
 	case <-p.done:
 		return p.cmd.ProcessState
 	case <-time.After(timeout):
-		p.t.Fatalf("serve (pid %d) still runs %s after it was told to stop", p.pid(), timeout)
+		p.t.Fatalf("%s (pid %d) still runs %s after it was told to stop", p.name, p.pid(), timeout)
 		return nil
 	}
 }
@@ -191,7 +203,7 @@ func (p *serveProc) stop(sig syscall.Signal) {
 		return
 	}
 	if !st.Success() {
-		p.t.Fatalf("serve (pid %d) after %v: %v, want a clean exit", p.pid(), sig, p.waitErr)
+		p.t.Fatalf("%s (pid %d) after %v: %v, want a clean exit", p.name, p.pid(), sig, p.waitErr)
 	}
 }
 
@@ -213,7 +225,7 @@ func (p *serveProc) waitStopped(timeout time.Duration) {
 		return len(fields) > 0 && fields[0] == "T", nil
 	})
 	if err != nil {
-		p.t.Fatalf("serve (pid %d) not stopped after SIGSTOP: %v", p.pid(), err)
+		p.t.Fatalf("%s (pid %d) not stopped after SIGSTOP: %v", p.name, p.pid(), err)
 	}
 }
 
@@ -231,17 +243,25 @@ func (p *serveProc) dumpIfFailed() {
 	if !p.t.Failed() {
 		return
 	}
-	p.t.Logf("serve (pid %d, %v) standard output:\n%s\nstandard error:\n%s",
-		p.pid(), p.cmd.ProcessState, p.stdout.String(), p.stderr.String())
+	p.t.Logf("%s (pid %d, %v) standard output:\n%s\nstandard error:\n%s",
+		p.name, p.pid(), p.cmd.ProcessState, p.stdout.String(), p.stderr.String())
 }
 
 // runBinary runs the streamwal binary with args and stdin and returns its
 // standard output; its error carries the standard error.
 func runBinary(t testing.TB, stdin string, args ...string) (string, error) {
 	t.Helper()
+	return runBinaryEnv(t, nil, stdin, args...)
+}
+
+// runBinaryEnv is runBinary with env ("NAME=value") added to the test's
+// environment.
+func runBinaryEnv(t testing.TB, env []string, stdin string, args ...string) (string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, streamwalBinary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errOut
 	if err := cmd.Run(); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -23,15 +24,39 @@ import (
 
 // serveFlags are the flags of `streamwal serve`.
 type serveFlags struct {
+	// natsFlags are the existing servers to run on (--server and its
+	// credentials); none runs the embedded server.
+	natsFlags
 	dataDir    string
 	host       string
 	port       int
+	httpPort   int
 	syncAlways bool
 	cluster    string
 	pchannels  int
 	logLevel   string
 	retain     time.Duration
 	dupWindow  time.Duration
+	// id, replicas and groupCommit are for existing servers only.
+	id          string
+	replicas    int
+	groupCommit string
+}
+
+// serveEmbeddedFlags are the flags that configure the embedded server,
+// and serveExternalFlags those that only existing servers take.
+var (
+	serveEmbeddedFlags = []string{"data-dir", "host", "port", "http-port", "sync-always"}
+	serveExternalFlags = []string{"id", "replicas", "group-commit", flagCreds, flagNkey, flagUser, flagPassword,
+		flagTLSCA, flagTLSCert, flagTLSKey}
+)
+
+// serveEnv are the environment bindings of `streamwal serve`: not
+// NATS_URL, so that a shell set up for the nats tool does not turn serve
+// away from its embedded server.
+var serveEnv = []envBinding{
+	bind(flagServer), bind(flagCluster), bind(flagNkey), bind(flagCreds), bind(flagUser), bind(flagPassword),
+	bind(flagTLSCA), bind(flagTLSCert), bind(flagTLSKey),
 }
 
 // serveHelp is the long help of `streamwal serve`.
@@ -48,7 +73,22 @@ const serveHelp = "Run an embedded nats-server with JetStream file storage in --
 	"takes over that one's coordinator lease at once instead of waiting it out.\n\n" +
 	"A serve that fails to start (a port in use, say) removes what it created:\n" +
 	"the data directory if it did not exist, or else the entries it added to it.\n" +
-	"A directory that existed and its data are never removed."
+	"A directory that existed and its data are never removed.\n\n" +
+	"--http-port turns on the embedded server's HTTP monitoring endpoint (/varz,\n" +
+	"/jsz, /connz, ... as for nats-server -m), printed in the banner; off by default.\n" +
+	"(`nats server` commands ask the system account instead, which the embedded\n" +
+	"server gives no user.)\n\n" +
+	"Existing servers: with --server URL[,URL...] (or STREAMWAL_SERVER; NATS_URL is not\n" +
+	"read here), serve starts no server and runs the same coordinator and node on those\n" +
+	"servers, as `streamwal coord` and `streamwal node` would: --data-dir, --host,\n" +
+	"--port, --http-port and --sync-always are then refused, and no data directory is\n" +
+	"locked, so a restarted serve waits out its previous coordinator's lease (3 s)\n" +
+	"instead of taking it over. The node's ID is --id (default serve-<host name>),\n" +
+	"the same at every start; --replicas and --group-commit are as for `streamwal\n" +
+	"node`, and --creds, --nkey, --user/--password and --tls-* authenticate to the\n" +
+	"servers (they, too, only with --server).\n\n" +
+	"Environment: STREAMWAL_SERVER, STREAMWAL_CLUSTER and the credentials' STREAMWAL_*\n" +
+	"variables stand for flags not given; a flag on the command line wins."
 
 // newServeCmd is `streamwal serve`.
 func newServeCmd() *cobra.Command {
@@ -64,16 +104,28 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.dataDir, "data-dir", "streamwal-data", "directory of the JetStream file storage (one serve at a time)")
 	fl.StringVar(&f.host, "host", embedded.DefaultHost, "address to listen on")
 	fl.IntVar(&f.port, "port", 4222, "client port (0 picks a free one)")
+	fl.IntVar(&f.httpPort, "http-port", 0, "HTTP monitoring port of the embedded server (0: off; -1 picks a free one)")
 	fl.BoolVar(&f.syncAlways, "sync-always", true, "fsync before acknowledging a write")
-	fl.StringVar(&f.cluster, "cluster", "local", "streamwal cluster name")
+	fl.StringVar(&f.cluster, flagCluster, "local", "streamwal cluster name (env STREAMWAL_CLUSTER)")
 	fl.IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
-	fl.DurationVar(&f.retain, "retain", node.DefaultRetain, "keep at least this much of the log (by age) in the streams; 0s truncates as soon as\n"+
+	addRecoveryFlags(fl, &f.retain, &f.dupWindow)
+	f.natsFlags.add(fl)
+	fl.Lookup(flagServer).DefValue, f.server = "", ""
+	fl.Lookup(flagServer).Usage = "existing NATS servers to run on, comma-separated, instead of the embedded server (env STREAMWAL_SERVER)"
+	fl.StringVar(&f.id, "id", "", "with --server: the node's ID, the same at every start (default serve-<host name>)")
+	fl.IntVar(&f.replicas, "replicas", 1, "with --server: replicas of the streams and buckets (1 on a single server, 3 on a NATS cluster)")
+	fl.StringVar(&f.groupCommit, "group-commit", groupCommitAuto, "with --server: auto, on or off (as for the node command: see its help)")
+	return cmd
+}
+
+// addRecoveryFlags registers the recovery flags serve and node share.
+func addRecoveryFlags(fl *pflag.FlagSet, retain, dupWindow *time.Duration) {
+	fl.DurationVar(retain, "retain", node.DefaultRetain, "keep at least this much of the log (by age) in the streams; 0s truncates as soon as\n"+
 		"what is below is flushed to the object store and checkpointed, a negative value never truncates;\n"+
 		"what truncation removes stays readable from the object store")
-	fl.DurationVar(&f.dupWindow, "duplicate-window", jetstream.DefaultDuplicateWindow, "how long the streams remember message IDs to drop a retried append that landed;\n"+
+	fl.DurationVar(dupWindow, "duplicate-window", jetstream.DefaultDuplicateWindow, "how long the streams remember message IDs to drop a retried append that landed;\n"+
 		"truncation never removes messages younger than this")
-	return cmd
 }
 
 // serveConfig is what serve's flags parse to.
@@ -82,11 +134,14 @@ type serveConfig struct {
 	level   zerolog.Level
 }
 
-// parse checks the flags that need no data directory.
-func (f *serveFlags) parse() (serveConfig, error) {
+// parse checks the flags that need no data directory (after applyEnv).
+func (f *serveFlags) parse(fs *pflag.FlagSet) (serveConfig, error) {
+	if err := f.checkMode(fs); err != nil {
+		return serveConfig{}, err
+	}
 	cluster, err := streamwal.ParseCluster(f.cluster)
 	if err != nil {
-		return serveConfig{}, fmt.Errorf("--cluster: %w", err)
+		return serveConfig{}, fmt.Errorf("%s: %w", origin(fs, flagCluster), err)
 	}
 	level, err := logging.ParseLevel(f.logLevel)
 	if err != nil {
@@ -98,13 +153,38 @@ func (f *serveFlags) parse() (serveConfig, error) {
 	return serveConfig{cluster: cluster, level: level}, nil
 }
 
+// checkMode refuses the flags of the embedded server with --server, and
+// those of existing servers without it.
+func (f *serveFlags) checkMode(fs *pflag.FlagSet) error {
+	external := f.server != ""
+	for _, name := range serveEmbeddedFlags {
+		if external && fs.Changed(name) {
+			return fmt.Errorf("--%s is for the embedded server: with %s, serve runs on existing servers and keeps no data directory",
+				name, origin(fs, flagServer))
+		}
+	}
+	for _, name := range serveExternalFlags {
+		if !external && fs.Changed(name) {
+			return fmt.Errorf("%s applies only with --server (existing servers to run on); the embedded server takes none", origin(fs, name))
+		}
+	}
+	return nil
+}
+
 // runServe locks the data directory, starts the server and the system on
 // it, and serves until the command's context ends. A start that fails
-// undoes what it did to the data directory.
+// undoes what it did to the data directory. With --server, it runs on
+// existing servers instead (runServeExternal).
 func runServe(cmd *cobra.Command, f *serveFlags) error {
-	cfg, err := f.parse()
+	if err := applyEnv(cmd.Flags(), serveEnv); err != nil {
+		return err
+	}
+	cfg, err := f.parse(cmd.Flags())
 	if err != nil {
 		return err
+	}
+	if f.server != "" {
+		return runServeExternal(cmd, f, cfg)
 	}
 	dir, err := openDataDir(f.dataDir)
 	if err != nil {
@@ -140,7 +220,7 @@ type serving struct {
 func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bool) (*serving, error) {
 	log := newLogger(cmd, cfg.level)
 	srv, err := embedded.Start(embedded.Options{
-		StoreDir: f.dataDir, Host: f.host, Port: f.port, SyncAlways: f.syncAlways,
+		StoreDir: f.dataDir, Host: f.host, Port: f.port, HTTPPort: f.httpPort, SyncAlways: f.syncAlways,
 		// nats-server's notices are for its own operators: keep them at warn
 		// unless debugging.
 		Logger: logging.Component(log, "nats-server").Level(natsLevel(cfg.level)),
@@ -215,6 +295,14 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	fmt.Fprintf(out, "  data dir:    %s (fsync before ack: %v)\n", f.dataDir, f.syncAlways)
 	fmt.Fprintf(out, "  pchannels:   %d, control channel %s\n", len(s.view.Channels), s.view.CChannel)
 	fmt.Fprintf(out, "  inspect:     nats --server %s stream ls\n", url)
+	if m := s.srv.MonitorURL(); m != "" {
+		fmt.Fprintf(out, "  monitoring:  %s (/varz, /jsz, /connz)\n", m)
+	}
+	gc := groupCommitOff
+	if f.syncAlways {
+		gc = groupCommitOn
+	}
+	fmt.Fprintf(out, "  add a node:  streamwal node --server %s --cluster %s --state-dir DIR --group-commit %s\n", url, s.cluster, gc)
 	for _, a := range s.view.Channels {
 		if historyLost(a) {
 			fmt.Fprintf(out, "  NOT SERVED:  %s: %s\n", a.PChannel, a.Error)
