@@ -100,6 +100,14 @@ func (c Cluster) PChannelLevelFilter(p PChannel) string {
 	return c.pchannelRoot(p) + "." + scopeP + ".*"
 }
 
+// PChannelTypeFilters match every message of type t stored in p's stream,
+// VChannel-scoped or PChannel-level: "wal.<c>.<p>.v.*.<t>" and
+// "wal.<c>.<p>.p.<t>".
+func (c Cluster) PChannelTypeFilters(p PChannel, t Token) []string {
+	root := c.pchannelRoot(p)
+	return []string{root + "." + scopeV + ".*." + string(t), root + "." + scopeP + "." + string(t)}
+}
+
 // PChannelFilter is what a reader of every message of p subscribes to.
 func (c Cluster) PChannelFilter(p PChannel) []string {
 	return c.StreamSubjects(p)

@@ -214,6 +214,7 @@ func TestNATSNamesValid(t *testing.T) {
 		}
 		filters := append(append(append([]string{}, c.StreamSubjects(p)...), c.VChannelFilter(v)...), c.PChannelFilter(p)...)
 		filters = append(filters, c.TypeFilter(tok), c.APIWildcard(), c.WALWildcard(), c.AllVChannelsFilter(p), c.PChannelLevelFilter(p))
+		filters = append(filters, c.PChannelTypeFilters(p, tok)...)
 		for _, f := range filters {
 			requireFilterSubject(rt, f)
 		}
@@ -589,6 +590,40 @@ func TestParseStreamName(t *testing.T) {
 			requireInvalidName(t, err, tc.mention)
 		})
 	}
+}
+
+// TestPChannelTypeFilters: the filters of a type on p match that type's
+// subjects on p, VChannel-scoped and PChannel-level, and nothing else.
+func TestPChannelTypeFilters(t *testing.T) {
+	c, err := streamwal.ParseCluster("prod")
+	require.NoError(t, err)
+	p := mustPChannel(t, "pchan", 3)
+	require.Equal(t, []string{"wal.prod.pchan-3.v.*.flush", "wal.prod.pchan-3.p.flush"}, c.PChannelTypeFilters(p, "flush"))
+	rapid.Check(t, func(rt *rapid.T) {
+		c := drawCluster(rt, "cluster")
+		p, q := drawPChannel(rt, "p"), drawPChannel(rt, "q")
+		v := drawVChannel(rt, p, "v")
+		tok, other := drawToken(rt, "type"), drawToken(rt, "other")
+		matches := func(subject string) bool {
+			for _, f := range c.PChannelTypeFilters(p, tok) {
+				if server.SubjectMatchesFilter(subject, f) {
+					return true
+				}
+			}
+			return false
+		}
+		require.True(rt, matches(c.VChannelSubject(v, tok)))
+		require.True(rt, matches(c.PChannelSubject(p, tok)))
+		if other != tok {
+			require.False(rt, matches(c.VChannelSubject(v, other)))
+			require.False(rt, matches(c.PChannelSubject(p, other)))
+		}
+		if q != p {
+			qv := drawVChannel(rt, q, "qv")
+			require.False(rt, matches(c.VChannelSubject(qv, tok)))
+			require.False(rt, matches(c.PChannelSubject(q, tok)))
+		}
+	})
 }
 
 func TestAllVChannelsAndPChannelLevelFilters(t *testing.T) {

@@ -118,7 +118,7 @@ func (s *tieredScanner) fetch(ctx context.Context, idx *archiveIndex, want messa
 // opened while Next still decodes the last archived object (Next opens it
 // itself if that failed).
 func (s *tieredScanner) handOff(ctx context.Context, end messages.MessageID) {
-	st, err := newScanner(ctx, s.b, s.p, ReadOptions{Start: From(end), Filters: s.opts.Filters})
+	st, err := newScanner(ctx, s.b, s.p, s.streamOptions(end))
 	if err != nil {
 		st = nil
 	}
@@ -300,9 +300,17 @@ func (s *tieredScanner) corrupt(err error) error {
 	return streamwal.Errorf(streamwal.CodeUnrecoverable, "read %s: archived object: %w", s.p, err)
 }
 
+// streamOptions are the read options of the stream from end on: the
+// reader's own, but for the start.
+func (s *tieredScanner) streamOptions(end messages.MessageID) ReadOptions {
+	o := s.opts
+	o.Start = From(end)
+	return o
+}
+
 // openStream continues on the stream from the archive's end.
 func (s *tieredScanner) openStream(ctx context.Context) error {
-	st, err := newScanner(ctx, s.b, s.p, ReadOptions{Start: From(s.handoff), Filters: s.opts.Filters})
+	st, err := newScanner(ctx, s.b, s.p, s.streamOptions(s.handoff))
 	if err != nil {
 		return err
 	}

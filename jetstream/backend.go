@@ -96,6 +96,14 @@ type ReadOptions struct {
 	// VChannelFilter and PChannelFilter); empty means every message of the
 	// PChannel.
 	Filters []string
+	// HeadersOnly delivers messages without their payloads (Payload is
+	// nil, PayloadSize still gives the size, Body is an error; see
+	// messages.Codec.DecodeHeadersOnly), except those of the types in
+	// Whole, which come whole: a reader that needs the properties of every
+	// message but the bodies of a few (the WAL's replay) then reads a
+	// fraction of the bytes. Messages read from the archive come whole.
+	HeadersOnly bool
+	Whole       []*messages.Type
 }
 
 // invalidArg builds an invalid-argument error.

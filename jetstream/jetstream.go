@@ -170,6 +170,9 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 	if err := b.checkFilters(p, opts.Filters); err != nil {
 		return nil, err
 	}
+	if slices.Contains(opts.Whole, nil) {
+		return nil, invalidArg("read %s: a nil type among those to read whole", p)
+	}
 	if err := b.ensure(ctx, p); err != nil {
 		return nil, err
 	}

@@ -15,18 +15,61 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// scanner reads one PChannel through an ordered consumer.
+// scanner reads one PChannel through an ordered consumer. With
+// HeadersOnly, that consumer delivers headers only, and a second one,
+// filtered to the subjects of the types asked for whole, delivers those
+// whole: the first gives the order, and each message of a whole type is
+// taken from the second (a subsequence of the stream in the same order).
 type scanner struct {
-	b      *JetStream
-	p      streamwal.PChannel
-	start  StartPosition
-	msgs   njs.MessagesContext
-	mu     sync.Mutex
-	closed bool
+	b     *JetStream
+	p     streamwal.PChannel
+	start StartPosition
+	msgs  njs.MessagesContext
+	// headersOnly: msgs delivers headers only; whole types come from bodies.
+	headersOnly bool
+	whole       map[*messages.Type]bool
+	bodies      njs.MessagesContext // nil unless whole types are asked for
+	ahead       njs.Msg             // a message of bodies read past the one wanted
+	mu          sync.Mutex
+	closed      bool
 }
 
-// newScanner creates the ordered consumer and starts its message flow.
+// headersOnlyBatch is how many messages a headers-only consumer asks for
+// at a time: headers are small, and a larger batch halves the per-message
+// cost of the pull protocol.
+const headersOnlyBatch = 4096
+
+// newScanner creates the ordered consumers and starts their message flow.
 func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts ReadOptions) (*scanner, error) {
+	s := &scanner{b: b, p: p, start: opts.Start, headersOnly: opts.HeadersOnly}
+	cfg := consumerConfig(opts)
+	var pull []njs.PullMessagesOpt
+	if opts.HeadersOnly {
+		cfg.HeadersOnly = true
+		pull = append(pull, njs.PullMaxMessages(headersOnlyBatch))
+	}
+	var err error
+	if s.msgs, err = b.orderedMessages(ctx, p, opts.Start, cfg, pull...); err != nil {
+		return nil, err
+	}
+	if opts.HeadersOnly && len(opts.Whole) > 0 {
+		s.whole = map[*messages.Type]bool{}
+		cfg := consumerConfig(ReadOptions{Start: opts.Start})
+		for _, t := range opts.Whole {
+			s.whole[t] = true
+			cfg.FilterSubjects = append(cfg.FilterSubjects, b.codec.Cluster().PChannelTypeFilters(p, t.Token)...)
+		}
+		if s.bodies, err = b.orderedMessages(ctx, p, opts.Start, cfg); err != nil {
+			s.msgs.Stop()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// consumerConfig is the ordered consumer of opts, with its start and
+// filters.
+func consumerConfig(opts ReadOptions) njs.OrderedConsumerConfig {
 	cfg := njs.OrderedConsumerConfig{FilterSubjects: opts.Filters}
 	switch opts.Start.Kind {
 	case StartEarliest:
@@ -38,15 +81,20 @@ func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts Re
 	case StartAfter:
 		cfg.DeliverPolicy, cfg.OptStartSeq = njs.DeliverByStartSequencePolicy, uint64(opts.Start.ID)+1
 	}
+	return cfg
+}
+
+// orderedMessages creates an ordered consumer of p and starts its flow.
+func (b *JetStream) orderedMessages(ctx context.Context, p streamwal.PChannel, start StartPosition, cfg njs.OrderedConsumerConfig, opts ...njs.PullMessagesOpt) (njs.MessagesContext, error) {
 	cons, err := b.js.OrderedConsumer(ctx, b.codec.Cluster().StreamName(p), cfg)
 	if err != nil {
-		return nil, classify(fmt.Errorf("read %s from %s: %w", p, opts.Start, err))
+		return nil, classify(fmt.Errorf("read %s from %s: %w", p, start, err))
 	}
-	msgs, err := cons.Messages()
+	msgs, err := cons.Messages(opts...)
 	if err != nil {
-		return nil, classify(fmt.Errorf("read %s from %s: %w", p, opts.Start, err))
+		return nil, classify(fmt.Errorf("read %s from %s: %w", p, start, err))
 	}
-	return &scanner{b: b, p: p, start: opts.Start, msgs: msgs}, nil
+	return msgs, nil
 }
 
 // Start implements Scanner.
@@ -54,29 +102,81 @@ func (s *scanner) Start() StartPosition { return s.start }
 
 // Next implements Scanner.
 func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {
-	if s.isClosed() {
-		return nil, s.closedErr()
+	m, seq, err := s.next(ctx, s.msgs)
+	if err != nil {
+		return nil, err
 	}
-	m, err := s.msgs.Next(njs.NextContext(ctx))
+	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	if !s.headersOnly {
+		return s.decode(nm, seq)
+	}
+	im, err := s.b.codec.DecodeHeadersOnly(nm, messages.MessageID(seq))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: message %d: %w", s.p, seq, err)
+	}
+	if s.whole[im.Type()] {
+		return s.wholeMessage(ctx, seq)
+	}
+	return im, nil
+}
+
+// next takes the next message of one of s's consumers, with its stream
+// sequence.
+func (s *scanner) next(ctx context.Context, from njs.MessagesContext) (njs.Msg, uint64, error) {
+	if s.isClosed() {
+		return nil, 0, s.closedErr()
+	}
+	m, err := from.Next(njs.NextContext(ctx))
 	if err != nil {
 		if errors.Is(err, njs.ErrMsgIteratorClosed) || s.isClosed() {
-			return nil, s.closedErr()
+			return nil, 0, s.closedErr()
 		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, ctxErr
+			return nil, 0, ctxErr
 		}
-		return nil, classify(fmt.Errorf("read %s: %w", s.p, err))
+		return nil, 0, classify(fmt.Errorf("read %s: %w", s.p, err))
 	}
 	seq, err := streamSequence(m)
 	if err != nil {
-		return nil, streamwal.Errorf(streamwal.CodeInternal, "read %s: message without metadata: %v", s.p, err)
+		return nil, 0, streamwal.Errorf(streamwal.CodeInternal, "read %s: message without metadata: %v", s.p, err)
 	}
-	nm := &nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
+	return m, seq, nil
+}
+
+// decode decodes a whole message.
+func (s *scanner) decode(nm *nats.Msg, seq uint64) (*messages.ImmutableMessage, error) {
 	im, err := s.b.codec.Decode(nm, messages.MessageID(seq))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: message %d: %w", s.p, seq, err)
 	}
 	return im, nil
+}
+
+// wholeMessage takes message seq, of a type asked for whole, from the
+// second consumer, skipping what it delivers below seq (messages of those
+// types that the first consumer's filters leave out). Should the second
+// consumer not hold seq (removed between the two reads), it is read alone.
+func (s *scanner) wholeMessage(ctx context.Context, seq uint64) (*messages.ImmutableMessage, error) {
+	for {
+		m := s.ahead
+		s.ahead = nil
+		got := uint64(0)
+		if m != nil {
+			got, _ = streamSequence(m)
+		} else {
+			var err error
+			if m, got, err = s.next(ctx, s.bodies); err != nil {
+				return nil, err
+			}
+		}
+		switch {
+		case got == seq:
+			return s.decode(&nats.Msg{Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}, seq)
+		case got > seq:
+			s.ahead = m
+			return s.b.Get(ctx, s.p, messages.MessageID(seq))
+		}
+	}
 }
 
 // All implements Scanner.
@@ -108,6 +208,9 @@ func (s *scanner) Close() error {
 	if !s.closed {
 		s.closed = true
 		s.msgs.Stop()
+		if s.bodies != nil {
+			s.bodies.Stop()
+		}
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package messages
 
 import (
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,6 +169,45 @@ func (c *Codec) Decode(msg *nats.Msg, id MessageID) (*ImmutableMessage, error) {
 	return m, nil
 }
 
+// DecodeHeadersOnly converts a stored message delivered without its
+// payload (by a headers-only consumer: an empty body and the payload's size
+// in the Nats-Msg-Size header) into an immutable message whose Payload is
+// nil, whose PayloadSize is that size and whose Body is an error matching
+// ErrNoPayload. Its properties are checked as Decode checks them; its body
+// is not. A message with a body, or without a valid size, is malformed.
+func (c *Codec) DecodeHeadersOnly(msg *nats.Msg, id MessageID) (*ImmutableMessage, error) {
+	if msg != nil && len(msg.Data) > 0 {
+		return nil, wrapInvalid(ErrMalformed, "a headers-only message has %d payload bytes", len(msg.Data))
+	}
+	m := &ImmutableMessage{id: id, headersOnly: true}
+	t, err := c.decodeProps(msg, &m.h)
+	if err != nil {
+		return nil, err
+	}
+	if id == 0 {
+		return nil, invalid("message id 0 is not a stored message")
+	}
+	if m.size, err = payloadSize(msg.Header); err != nil {
+		return nil, err
+	}
+	m.typ = t
+	return m, nil
+}
+
+// payloadSize reads the Nats-Msg-Size header of a headers-only message: a
+// decimal count of bytes, without sign or leading zeros.
+func payloadSize(h nats.Header) (int, error) {
+	vals := h[HdrMsgSize]
+	if len(vals) != 1 {
+		return 0, wrapInvalid(ErrMalformed, "a headers-only message needs one %s header, has %d", HdrMsgSize, len(vals))
+	}
+	n, err := strconv.Atoi(vals[0])
+	if err != nil || n < 0 || strconv.Itoa(n) != vals[0] {
+		return 0, wrapInvalid(ErrMalformed, "%s %q is not a payload size in bytes", HdrMsgSize, vals[0])
+	}
+	return n, nil
+}
+
 // DecodeMutable converts a NATS message (for example one carried in an
 // append request) into a mutable message, checking that subject and headers
 // agree.
@@ -182,8 +222,22 @@ func (c *Codec) DecodeMutable(msg *nats.Msg) (*MutableMessage, error) {
 }
 
 // decode reads msg's properties into h, which nothing else holds, and
-// returns its type, checking that subject and headers agree.
+// returns its type, checking that subject and headers agree and that the
+// body fits the type.
 func (c *Codec) decode(msg *nats.Msg, h *Header) (*Type, error) {
+	t, err := c.decodeProps(msg, h)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBody(t, msg.Data); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// decodeProps reads msg's properties into h, which nothing else holds,
+// and returns its type, checking that subject and headers agree.
+func (c *Codec) decodeProps(msg *nats.Msg, h *Header) (*Type, error) {
 	if msg == nil {
 		return nil, wrapInvalid(ErrMalformed, "nil message")
 	}
@@ -199,9 +253,6 @@ func (c *Codec) decode(msg *nats.Msg, h *Header) (*Type, error) {
 		return nil, err
 	}
 	if err := checkShape(t, h); err != nil {
-		return nil, err
-	}
-	if err := checkBody(t, msg.Data); err != nil {
 		return nil, err
 	}
 	return t, nil

@@ -23,6 +23,9 @@ var (
 	ErrBadType = errors.New("bad message type declaration")
 	// ErrBadBody: the body does not fit the message type.
 	ErrBadBody = errors.New("body does not fit the message type")
+	// ErrNoPayload: the message was read without its payload (see
+	// Codec.DecodeHeadersOnly), so its body cannot be decoded.
+	ErrNoPayload = errors.New("message read without its payload")
 )
 
 var (

@@ -32,6 +32,9 @@ func (m *MutableMessage) VChannel() streamwal.VChannel { return m.h.VChannel }
 // Payload returns the payload; callers must not modify it.
 func (m *MutableMessage) Payload() []byte { return m.payload }
 
+// PayloadSize returns the size of the payload in bytes.
+func (m *MutableMessage) PayloadSize() int { return len(m.payload) }
+
 // DML returns the DML header if the message has one, without copying the
 // rest of the header.
 func (m *MutableMessage) DML() (DMLHeader, bool) {
@@ -124,6 +127,9 @@ type ImmutableMessage struct {
 	h       Header
 	payload []byte
 	txn     *txnParts
+	// headersOnly: read without its payload, which was size bytes.
+	headersOnly bool
+	size        int
 }
 
 // Type returns the message type.
@@ -168,8 +174,23 @@ func (m *ImmutableMessage) Property(key string) (string, bool) {
 	return v, ok
 }
 
-// Payload returns the payload; callers must not modify it.
+// Payload returns the payload; callers must not modify it. It is nil for a
+// message read without its payload (HeadersOnly).
 func (m *ImmutableMessage) Payload() []byte { return m.payload }
+
+// PayloadSize returns the size of the payload in bytes, also when the
+// message was read without it.
+func (m *ImmutableMessage) PayloadSize() int {
+	if m.headersOnly {
+		return m.size
+	}
+	return len(m.payload)
+}
+
+// HeadersOnly reports whether the message was read without its payload
+// (see Codec.DecodeHeadersOnly): its Payload is nil and its Body an error
+// matching ErrNoPayload.
+func (m *ImmutableMessage) HeadersOnly() bool { return m.headersOnly }
 
 // DML returns the DML header if the message has one, without copying the
 // rest of the header.
@@ -182,7 +203,12 @@ func (m *ImmutableMessage) DML() (DMLHeader, bool) {
 
 // Body decodes the JSON body of a built-in type into out, which must be a
 // pointer to the type's declared body.
-func (m *ImmutableMessage) Body(out any) error { return decodeBody(m.typ, m.payload, out) }
+func (m *ImmutableMessage) Body(out any) error {
+	if m.headersOnly {
+		return wrapInvalid(ErrNoPayload, "%s %d has no body to decode", m.typ.Name, m.id)
+	}
+	return decodeBody(m.typ, m.payload, out)
+}
 
 // Body decodes the JSON body of a built-in type into out, which must be a
 // pointer to the type's declared body.

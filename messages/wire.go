@@ -33,6 +33,9 @@ const (
 	HdrMsgID             = nats.MsgIdHdr
 	HdrTraceParent       = "traceparent"
 	HdrTraceState        = "tracestate"
+	// HdrMsgSize is the header in which JetStream gives the size of the
+	// payload of a message delivered without it (a headers-only consumer).
+	HdrMsgSize = "Nats-Msg-Size"
 	// HdrAppPrefix prefixes application properties: property "k" travels as
 	// header "Wal-App-k".
 	HdrAppPrefix = "Wal-App-"

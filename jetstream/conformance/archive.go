@@ -162,6 +162,9 @@ func (r *archiveRun) truncate(below messages.MessageID, what string) {
 	last := r.history[len(r.history)-1].id
 	r.archived = max(r.archived, min(below, last+1))
 	want := jetstream.StreamState{First: last + 1, Last: last, ArchivedBelow: r.archived}
+	if r.archived <= 1 {
+		want.ArchivedBelow = 0 // nothing is archived below the first message
+	}
 	for _, a := range r.history {
 		if a.id >= r.archived {
 			want.First = min(want.First, a.id)

@@ -25,6 +25,9 @@ const FenceIterationsEnv = "STREAMWAL_FENCE_ITERATIONS"
 //   - StartPositions: Earliest, Latest, From, After, From below the first
 //     message after truncation.
 //   - Filters: VChannel and PChannel-level filters.
+//   - HeadersOnly: every message in order with its properties and payload
+//     size, the types asked for whole with their payloads, filtered too,
+//     across the archive after a truncation.
 //   - TruncateReopen: truncation keeps the newest barrier, reopening under
 //     a higher term works, the old writer is fenced, State reports what is
 //     kept.
@@ -64,6 +67,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ParallelAppendRead", e.testParallelAppendRead)
 	t.Run("StartPositions", e.testStartPositions)
 	t.Run("Filters", e.testFilters)
+	t.Run("HeadersOnly", e.testHeadersOnly)
 	t.Run("TruncateReopen", e.testTruncateReopen)
 	t.Run("IdempotentRetry", e.testIdempotentRetry)
 	t.Run("Fencing", e.testFencing)

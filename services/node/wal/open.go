@@ -100,7 +100,7 @@ func (w *WAL) recover(ctx context.Context) error {
 		start = jetstream.From(w.led.cp.MessageID)
 		w.recovery.From, w.recovery.Checkpoint = w.led.cp.MessageID, w.led.cp.Consumed
 	}
-	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{Start: start})
+	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{Start: start, HeadersOnly: true, Whole: replayWhole})
 	if err != nil {
 		return fmt.Errorf("replay %s: %w", w.cfg.PChannel, err)
 	}
@@ -132,6 +132,26 @@ func (w *WAL) recover(ctx context.Context) error {
 	w.log.Debug().Int("replayed", replayed).Int("txns", w.txns.Len()).Uint64("barrier", uint64(barrier.ID())).Msg("wal recovered")
 	return nil
 }
+
+// replayWhole are the types whose bodies the replay reads (the lifecycle
+// table's, the shard manager's and the ledger's): every built-in type
+// with a body but TimeTicks, barriers and transaction control, whose
+// properties say all the replay needs. Every other message is replayed
+// from its headers alone (an insert's size included), so that a replay
+// reads a fraction of the log's bytes.
+var replayWhole = func() []*messages.Type {
+	var out []*messages.Type
+	for _, t := range messages.Builtins() {
+		switch t {
+		case messages.TypeTimeTick, messages.TypeRecoveryBarrier, messages.TypeBeginTxn, messages.TypeCommitTxn, messages.TypeRollbackTxn:
+			continue
+		}
+		if t.Body != nil {
+			out = append(out, t)
+		}
+	}
+	return out
+}()
 
 // replay applies one replayed message below the barrier: to the ledger
 // (which skips what the checkpoint covers) with recovery storage, or to

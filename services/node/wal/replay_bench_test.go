@@ -14,10 +14,12 @@ import (
 )
 
 // BenchmarkReplay measures an open from a checkpoint with a long tail:
-// b.N inserts land after the last checkpoint (the cadence never fires
-// during the appends), then a new owner opens and replays them. In the
-// same run it reads the same messages with a bare backend scanner (an
-// ordered consumer) and reports both rates and replay/scan:
+// b.N inserts of 1 KiB land after the last checkpoint (the cadence never
+// fires during the appends), then a new owner opens and replays them (its
+// headers only, see ReadOptions.HeadersOnly). In the same run it reads the
+// same messages with a bare backend scanner (an ordered consumer), whole
+// ("scan") and headers only ("scan-headers"), and reports the rates,
+// replay/scan and replay/scan-headers:
 //
 //	go test -run '^$' -bench BenchmarkReplay -benchtime 200000x ./services/node/wal/
 func BenchmarkReplay(b *testing.B) {
@@ -56,7 +58,8 @@ func BenchmarkReplay(b *testing.B) {
 	})
 	last := from + messages.MessageID(n)
 	b.ResetTimer()
-	scanned := benchScan(b, be, p, from, last)
+	scanned := benchScan(b, be, p, jetstream.ReadOptions{Start: jetstream.From(from)}, last)
+	headers := benchScan(b, be, p, jetstream.ReadOptions{Start: jetstream.From(from), HeadersOnly: true}, last)
 	start := time.Now()
 	w3, err := wal.Open(ctx, cfg(3, time.Hour))
 	if err != nil {
@@ -73,16 +76,18 @@ func BenchmarkReplay(b *testing.B) {
 	replay := float64(r.Replayed) / took.Seconds()
 	b.ReportMetric(replay, "replay-msgs/s")
 	b.ReportMetric(scanned, "scan-msgs/s")
+	b.ReportMetric(headers, "scan-headers-msgs/s")
 	b.ReportMetric(replay/scanned, "replay/scan")
+	b.ReportMetric(replay/headers, "replay/scan-headers")
 	b.ReportMetric(0, "ns/op")
 }
 
-// benchScan reads p from from through last with a bare scanner and
+// benchScan reads p with opts through last with a bare scanner and
 // returns the rate.
-func benchScan(b *testing.B, be jetstream.Backend, p streamwal.PChannel, from, last messages.MessageID) float64 {
+func benchScan(b *testing.B, be jetstream.Backend, p streamwal.PChannel, opts jetstream.ReadOptions, last messages.MessageID) float64 {
 	ctx := context.Background()
 	start := time.Now()
-	sc, err := be.Read(ctx, p, jetstream.ReadOptions{Start: jetstream.From(from)})
+	sc, err := be.Read(ctx, p, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
