@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -37,9 +38,10 @@ func startComponent(t *testing.T, env []string, args ...string) *serveProc {
 
 // servedBy waits until `streamwal status --json` (run with env, and the
 // server from it) shows every PChannel assigned and confirmed serving by
-// a node the coordinator counts live, every node of ids among them and
-// each serving at least one PChannel, and returns the status.
-func servedBy(t *testing.T, env []string, ids ...string) client.Status {
+// a node the coordinator counts live, and every node of want confirming
+// at least one PChannel in the session want gives it, and returns the
+// status.
+func servedBy(t *testing.T, env []string, want map[string]string) client.Status {
 	t.Helper()
 	var last client.Status
 	var lastErr error
@@ -50,9 +52,9 @@ func servedBy(t *testing.T, env []string, ids ...string) client.Status {
 			return false, nil
 		}
 		last = st
-		return everyNodeServes(st, ids), nil
+		return everyNodeServes(st, want), nil
 	})
-	require.NoError(t, err, "status never showed every PChannel served by %v: last %+v (last error %v)", ids, last, lastErr)
+	require.NoError(t, err, "status never showed every PChannel served by %v: last %+v (last error %v)", want, last, lastErr)
 	return last
 }
 
@@ -66,21 +68,36 @@ func statusWithEnv(t *testing.T, env []string) (client.Status, error) {
 }
 
 // everyNodeServes reports whether st shows every PChannel served by a live
-// node, and every node of ids live and serving one.
-func everyNodeServes(st client.Status, ids []string) bool {
-	serving := map[string]int{}
+// node, and every node of want serving one in its session there.
+func everyNodeServes(st client.Status, want map[string]string) bool {
 	for _, ch := range st.Channels {
 		if ch.State != wire.Assigned || !ch.Serving || !slices.Contains(st.View.Nodes, ch.Node) {
 			return false
 		}
-		serving[ch.Node]++
 	}
-	for _, id := range ids {
+	serving := map[string]int{}
+	for _, a := range st.View.Channels {
+		if a.Serving && a.Session == want[a.Node] {
+			serving[a.Node]++
+		}
+	}
+	for id := range want {
 		if serving[id] == 0 {
 			return false
 		}
 	}
 	return len(st.Channels) > 0
+}
+
+// sessionLine is the session a node's banner names.
+var sessionLine = regexp.MustCompile(`node (\S+) of cluster .*, session (\S+)\.`)
+
+// nodeSession is the node ID and session p's banner names.
+func nodeSession(t *testing.T, p *serveProc) (string, string) {
+	t.Helper()
+	m := sessionLine.FindStringSubmatch(p.stdout.String())
+	require.NotNil(t, m, "no node banner: %s", p.stdout.String())
+	return m[1], m[2]
 }
 
 // readNodeID is the ID a node's state directory keeps.
@@ -110,8 +127,13 @@ func TestCoordAndNodesRunAsSeparateProcesses(t *testing.T) {
 	stateDir := t.TempDir()
 	n2 := startComponent(t, env, "node", "--state-dir", stateDir)
 	n2ID := readNodeID(t, stateDir)
-	require.Contains(t, n2.stdout.String(), "node "+n2ID+" of cluster")
-	servedBy(t, env, "n1", n2ID)
+	sessions := map[string]string{}
+	for _, p := range []*serveProc{n1, n2} {
+		id, session := nodeSession(t, p)
+		sessions[id] = session
+	}
+	require.Contains(t, sessions, n2ID, "the node of the state directory runs under the ID it keeps")
+	servedBy(t, env, sessions)
 
 	c := connect(t, url)
 	ctx, cancel := context.WithTimeout(context.Background(), componentTimeout)
@@ -143,8 +165,11 @@ func TestCoordAndNodesRunAsSeparateProcesses(t *testing.T) {
 		procs[r.id].stop(r.sig)
 		start := time.Now()
 		p := startComponent(t, env, r.args...)
-		require.Contains(t, p.stdout.String(), "node "+r.id+" of cluster", "restarted under the same ID")
-		servedBy(t, env, "n1", n2ID)
+		id, session := nodeSession(t, p)
+		require.Equal(t, r.id, id, "restarted under the same ID")
+		require.NotEqual(t, sessions[id], session, "a restart is a new session")
+		sessions[id] = session
+		servedBy(t, env, sessions)
 		appendToAll(signalName[r.sig])
 		t.Logf("%s of node %s: restarted, serving and every PChannel writable %s after the restart", signalName[r.sig], r.id,
 			time.Since(start).Round(time.Millisecond))
