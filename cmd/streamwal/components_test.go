@@ -116,13 +116,15 @@ func readNodeID(t *testing.T, dir string) string {
 // acknowledged; the node under --id is stopped with SIGTERM and started
 // again under the same ID, the other killed with SIGKILL and started again
 // on its state directory (the same ID, read back); after each restart the
-// restarted node serves again and every VChannel takes an append, and at
-// the end everything acknowledged reads back exactly once.
+// restarted node serves again (in its new session) and every VChannel
+// takes an append; at the end everything acknowledged reads back exactly
+// once, and Ctrl-C (SIGINT) ends each process cleanly.
 func TestCoordAndNodesRunAsSeparateProcesses(t *testing.T) {
 	srv := embedded.StartTest(t)
 	url := srv.ClientURL()
 	env := []string{"NATS_URL=" + url}
-	startComponent(t, nil, "coord", "--server", url, "--id", "c1", "--pchannels", "4")
+	coordProc := startComponent(t, nil, "coord", "--server", url, "--id", "c1", "--pchannels", "4")
+	require.Contains(t, coordProc.stdout.String(), `coordinator c1 of cluster "local" running on `+url)
 	n1 := startComponent(t, nil, "node", "--server", url, "--id", "n1")
 	stateDir := t.TempDir()
 	n2 := startComponent(t, env, "node", "--state-dir", stateDir)
@@ -178,6 +180,10 @@ func TestCoordAndNodesRunAsSeparateProcesses(t *testing.T) {
 	require.Equal(t, n2ID, readNodeID(t, stateDir), "the state directory keeps its ID")
 	for i, l := range ledgers {
 		l.verify(t, l.readBack(t, c, last[i]))
+	}
+	for _, p := range []*serveProc{coordProc, procs["n1"], procs[n2ID]} {
+		p.stop(syscall.SIGINT) // a clean exit, or the test fails
+		require.Contains(t, p.stdout.String(), "shutting down")
 	}
 }
 
