@@ -31,6 +31,7 @@ type serveFlags struct {
 	host       string
 	port       int
 	httpPort   int
+	authDir    string
 	syncAlways bool
 	cluster    string
 	pchannels  int
@@ -46,7 +47,7 @@ type serveFlags struct {
 // serveEmbeddedFlags are the flags that configure the embedded server,
 // and serveExternalFlags those that only existing servers take.
 var (
-	serveEmbeddedFlags = []string{"data-dir", "host", "port", "http-port", "sync-always"}
+	serveEmbeddedFlags = []string{"data-dir", "host", "port", "http-port", "sync-always", "auth-dir"}
 	serveExternalFlags = []string{"id", "replicas", "group-commit", flagCreds, flagNkey, flagUser, flagPassword,
 		flagTLSCA, flagTLSCert, flagTLSKey}
 )
@@ -88,7 +89,11 @@ const serveHelp = "Run an embedded nats-server with JetStream file storage in --
 	"node`, and --creds, --nkey, --user/--password and --tls-* authenticate to the\n" +
 	"servers (they, too, only with --server).\n\n" +
 	"Environment: STREAMWAL_SERVER, STREAMWAL_CLUSTER and the credentials' STREAMWAL_*\n" +
-	"variables stand for flags not given; a flag on the command line wins."
+	"variables stand for flags not given; a flag on the command line wins.\n\n" +
+	"Credentials: with --auth-dir D (written by `streamwal auth init`), the embedded\n" +
+	"server accepts only the users of D/auth.conf, each with its role's permissions,\n" +
+	"and serve's coordinator and node connect with D/coord.nk and D/node.nk; clients\n" +
+	"then need --nkey D/client.nk, the nats CLI --nkey D/admin.nk."
 
 // newServeCmd is `streamwal serve`.
 func newServeCmd() *cobra.Command {
@@ -105,6 +110,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.host, "host", embedded.DefaultHost, "address to listen on")
 	fl.IntVar(&f.port, "port", 4222, "client port (0 picks a free one)")
 	fl.IntVar(&f.httpPort, "http-port", 0, "HTTP monitoring port of the embedded server (0: off; -1 picks a free one)")
+	fl.StringVar(&f.authDir, "auth-dir", "", "credentials written by `streamwal auth init`: the embedded server accepts only their users")
 	fl.BoolVar(&f.syncAlways, "sync-always", true, "fsync before acknowledging a write")
 	fl.StringVar(&f.cluster, flagCluster, "local", "streamwal cluster name (env STREAMWAL_CLUSTER)")
 	fl.IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster")
@@ -210,6 +216,7 @@ type serving struct {
 	srv     *embedded.Server
 	sys     *system.System
 	view    wire.View
+	auth    *serveAuth
 }
 
 // startServing starts the embedded server and the system (within a
@@ -219,8 +226,12 @@ type serving struct {
 // take over its own previous incarnation's lease at once.
 func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bool) (*serving, error) {
 	log := newLogger(cmd, cfg.level)
+	sec, err := loadServeAuth(f.authDir, cfg.cluster, f.pchannels)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := embedded.Start(embedded.Options{
-		StoreDir: f.dataDir, Host: f.host, Port: f.port, HTTPPort: f.httpPort, SyncAlways: f.syncAlways,
+		StoreDir: f.dataDir, Host: f.host, Port: f.port, HTTPPort: f.httpPort, SyncAlways: f.syncAlways, Users: sec.Users(),
 		// nats-server's notices are for its own operators: keep them at warn
 		// unless debugging.
 		Logger: logging.Component(log, "nats-server").Level(natsLevel(cfg.level)),
@@ -228,10 +239,10 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	if err != nil {
 		return nil, err
 	}
-	s := &serving{cluster: cfg.cluster, srv: srv}
+	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec}
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
-	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log,
+	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim},
 		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}}})
 	if err != nil {
@@ -298,6 +309,7 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	if m := s.srv.MonitorURL(); m != "" {
 		fmt.Fprintf(out, "  monitoring:  %s (/varz, /jsz, /connz)\n", m)
 	}
+	s.auth.printBanner(out)
 	gc := groupCommitOff
 	if f.syncAlways {
 		gc = groupCommitOn
