@@ -21,7 +21,9 @@ func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 // TestConformance runs the conformance suite against the JetStream backend
 // on an embedded file-storage server: once with default options, once with
 // group commit on a server that fsyncs every write, once with an archive
-// of small objects (so that truncations write several and merge them).
+// of small objects (so that truncations write several and merge them);
+// and on a three-server cluster with every stream at 3 replicas (see
+// TestConformanceReplicas).
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -38,9 +40,42 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceReplicas runs the conformance suite on a three-server
+// JetStream cluster with every stream at 3 replicas; its server fault
+// stops one member (the one the backends' connections use first) and
+// starts it again.
+func TestConformanceReplicas(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	cl := embedded.StartTestCluster(t)
+	h := harness(t, func(opts ...nats.Option) (*nats.Conn, error) { return cl.Connect(opts...) }, jetstream.Options{Replicas: 3})
+	h.RestartServer = func(t *testing.T) {
+		if err := cl.StopServer(0); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.RestartServer(0); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+	}
+	h.FenceIterations = 5
+	conformance.Run(t, h)
+}
+
 // jetStreamHarness starts an embedded server for one run of the suite.
 func jetStreamHarness(t *testing.T, syncAlways bool, opts jetstream.Options) conformance.Harness {
 	srv := embedded.StartTest(t, func(o *embedded.Options) { o.SyncAlways = syncAlways })
+	h := harness(t, srv.Connect, opts)
+	h.RestartServer = func(t *testing.T) {
+		if err := srv.Restart(); err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+	}
+	return h
+}
+
+// harness is a harness whose backends connect with dial and opts.
+func harness(t *testing.T, dial func(...nats.Option) (*nats.Conn, error), opts jetstream.Options) conformance.Harness {
 	codec, err := messages.NewCodec("conformance", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +84,7 @@ func jetStreamHarness(t *testing.T, syncAlways bool, opts jetstream.Options) con
 	var conns []*nats.Conn
 	connect := func(t *testing.T, opts jetstream.Options) jetstream.Backend {
 		t.Helper()
-		nc, err := srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0),
+		nc, err := dial(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.ReconnectJitter(0, 0),
 			// The faults the suite injects make writes fail on purpose.
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 		if err != nil {
@@ -69,11 +104,6 @@ func jetStreamHarness(t *testing.T, syncAlways bool, opts jetstream.Options) con
 		New:     func(t *testing.T) jetstream.Backend { return connect(t, opts) },
 		Codec:   codec,
 		Archive: opts.Archive,
-		RestartServer: func(t *testing.T) {
-			if err := srv.Restart(); err != nil {
-				t.Fatalf("restart: %v", err)
-			}
-		},
 		DropConnections: func(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()

@@ -56,7 +56,9 @@ type Options struct {
 	// pipeline has room: a pipelined plain publish (one message) or an
 	// atomic batch (a multi-message append). That is faster when the server
 	// does not fsync each write, because an R1 atomic batch has a fixed
-	// staging cost on file storage.
+	// staging cost on file storage. With Replicas > 1 it is always on: a
+	// writer of a replicated stream keeps one unit in flight, so each unit
+	// must carry everything that waits.
 	GroupCommit bool
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
@@ -78,6 +80,11 @@ type Options struct {
 func (o Options) withDefaults(codec *messages.Codec) Options {
 	if o.Replicas == 0 {
 		o.Replicas = 1
+	}
+	if o.Replicas > 1 {
+		// One unit is in flight on a replicated stream (see room): only
+		// gathering what waits into it keeps the throughput up.
+		o.GroupCommit = true
 	}
 	if o.DuplicateWindow == 0 {
 		o.DuplicateWindow = DefaultDuplicateWindow
