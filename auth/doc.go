@@ -18,7 +18,9 @@
 //     and truncates (purges) its WAL streams, writes the object store
 //     wal_<c>_segments and the checkpoints, registers in
 //     wal_<c>_nodes, asks the coordinator for timestamps, publishes live
-//     ticks (wallive.<c>.>) and answers appends and node requests.
+//     ticks (wallive.<c>.>), answers appends and node requests, and may
+//     ask the servers for their JetStream settings (answered to system
+//     account users only; `streamwal node --group-commit auto`).
 //   - client: append requests, the coordinator requests status,
 //     broadcast, broadcast-ack, allocate and release, and reads: ordered
 //     (or durable) consumers and gets on the WAL streams, the object

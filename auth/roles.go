@@ -119,10 +119,13 @@ func (s Spec) coordinator() rules {
 // node: its WAL streams (created, written through `wal.<c>.>`, read,
 // truncated), the object store of archived ranges and flushed segments,
 // its checkpoints and its registration, the time oracle, live ticks, and
-// the requests it answers (appends, open, close, status).
+// the requests it answers (appends, open, close, status). It may also ask
+// the servers for their JetStream settings (`streamwal node
+// --group-commit auto`; only users of the system account get an answer).
 func (s Spec) node() rules {
 	c := s.Cluster
-	pub := []string{streamwal.JSAccountInfo, c.WALWildcard(), c.LiveWildcard(), c.CoordSubject(streamwal.CoordTSO)}
+	pub := []string{streamwal.JSAccountInfo, streamwal.ServerJSZPing, c.WALWildcard(), c.LiveWildcard(),
+		c.CoordSubject(streamwal.CoordTSO)}
 	for _, p := range s.PChannels {
 		pub = append(pub, provision(c.StreamName(p))...)
 		pub = append(pub, streamwal.JSAPISubject(streamwal.JSStreamPurge, c.StreamName(p)))

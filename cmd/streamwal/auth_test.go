@@ -1,17 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/auth"
+	"github.com/streamwal/streamwal/embedded"
 )
 
 // auth init writes auth.conf and a seed per role, says how to use them,
@@ -138,4 +143,66 @@ func TestServeWithAuthDir(t *testing.T) {
 	require.Error(t, err, "no credentials")
 	require.Contains(t, strings.ToLower(err.Error()), "authorization")
 	p.stop(syscall.SIGTERM)
+}
+
+// violations collects the permission violations a server logs.
+type violations struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Write keeps the lines that report a violation.
+func (v *violations) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("Violation")) {
+		v.mu.Lock()
+		v.lines = append(v.lines, string(p))
+		v.mu.Unlock()
+	}
+	return len(p), nil
+}
+
+// all returns what was logged so far.
+func (v *violations) all() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]string(nil), v.lines...)
+}
+
+// A server configured with auth.conf's users (as a nats-server with
+// `include auth.conf` is) runs `streamwal coord --nkey coord.nk` and
+// `streamwal node --nkey node.nk` as processes of their own: every
+// PChannel is served, a client with client.nk (STREAMWAL_NKEY) appends
+// and tails, and the server refused nothing to anyone.
+func TestCoordAndNodeRunWithTheirSeeds(t *testing.T) {
+	d := auth.Dir(t.TempDir())
+	spec, err := auth.NewSpec("local", "pchan", 2)
+	require.NoError(t, err)
+	_, err = auth.Init(d, spec, false)
+	require.NoError(t, err)
+	users, err := auth.LoadUsers(d.Conf())
+	require.NoError(t, err)
+	log := &violations{}
+	srv := embedded.StartTest(t, func(o *embedded.Options) {
+		o.Users, o.Logger = users, zerolog.New(log).Level(zerolog.WarnLevel)
+	})
+	url := srv.ClientURL()
+	coordProc := startComponent(t, nil, "coord", "--server", url, "--nkey", d.Seed(auth.RoleCoordinator), "--id", "c1", "--pchannels", "2")
+	nodeProc := startComponent(t, nil, "node", "--server", url, "--nkey", d.Seed(auth.RoleNode), "--id", "n1")
+	id, session := nodeSession(t, nodeProc)
+	env := []string{"STREAMWAL_SERVER=" + url, "STREAMWAL_NKEY=" + d.Seed(auth.RoleClient)}
+	servedBy(t, env, map[string]string{id: session})
+
+	created, err := runBinaryEnv(t, env, "", "collection", "create", "--name", "orders", "--id", "1")
+	require.NoError(t, err)
+	v := regexp.MustCompile(`pchan-\d+_1v0`).FindString(created)
+	require.NotEmpty(t, v, "the collection's VChannel: %s", created)
+	_, err = runBinaryEnv(t, env, "", "append", "--vchannel", v, "--timeout", "20s", "hello")
+	require.NoError(t, err)
+	tail, err := runBinaryEnv(t, env, "", "tail", "--vchannel", v, "--from-start", "--limit", "3", "--timeout", "20s")
+	require.NoError(t, err)
+	require.Contains(t, tail, "hello")
+	for _, p := range []*serveProc{nodeProc, coordProc} {
+		p.stop(syscall.SIGINT)
+	}
+	require.Empty(t, log.all(), "the server refused a permission to a streamwal process")
 }
