@@ -70,6 +70,8 @@ package coord
 
 import (
 	"context"
+	"errors"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,13 +236,38 @@ func Provision(ctx context.Context, js njs.JetStream, c streamwal.Cluster, repli
 		case streamwal.BucketNodes:
 			cfg.TTL = time.Hour // registrations of nodes long gone age out
 		}
-		kv, err := js.CreateOrUpdateKeyValue(ctx, cfg)
+		kv, err := provisionBucket(ctx, js, cfg)
 		if err != nil {
 			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "provision bucket %s: %v", cfg.Bucket, err)
 		}
 		out[b] = kv
 	}
 	return out, nil
+}
+
+// Bounds of one request that creates or updates a bucket: provisionAttempt
+// plus a random part of provisionJitter.
+const (
+	provisionAttempt = 2 * time.Second
+	provisionJitter  = 2 * time.Second
+)
+
+// provisionBucket creates or updates a bucket, asking again, until ctx
+// ends, when a request goes unanswered: nats-server 2.15.2 often answers
+// neither of two equal creations of one replicated stream that arrive
+// together (two coordinators starting at once on a new cluster), though
+// it creates the stream, which the next request then finds. The random
+// bound keeps two coordinators that collided on one bucket from
+// colliding again on the next.
+func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConfig) (njs.KeyValue, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, provisionAttempt+rand.N(provisionJitter))
+		kv, err := js.CreateOrUpdateKeyValue(actx, cfg)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return kv, err
+		}
+	}
 }
 
 // ID is this coordinator's identity.
