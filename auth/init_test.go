@@ -144,6 +144,8 @@ func TestInitRefusesBadInput(t *testing.T) {
 	require.Equal(t, auth.RoleClient, r)
 	_, err = spec(t, "local", 1).Permissions("root")
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	_, err = spec(t, "local", 1).Conf(map[auth.Role]string{auth.RoleCoordinator: "not a key"})
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 }
 
 // Users refuses a directory that does not fit the cluster a server is
