@@ -101,6 +101,17 @@ type Options struct {
 
 	// TLS, when set, makes the client port require TLS.
 	TLS *TLS
+
+	// SystemUser, when set, is the public key of an nkey user of the
+	// server's system account ($SYS), the account whose users may make
+	// nats-server's own requests ($SYS.REQ.>): `nats server report
+	// jetstream`, `nats server list` and the like. Every other client
+	// stays in the global account ($G), where JetStream keeps its data
+	// (StoreDir/jetstream/$G), so a store written without SystemUser is
+	// served as before: the users of Users, or, without Users, every
+	// client that gives no credentials, with every permission (as the
+	// server's no_auth_user). It must be no key of Users.
+	SystemUser string
 }
 
 // TLS is the server side of TLS on the client port (PEM files).
@@ -168,6 +179,23 @@ func (o Options) validateSecurity() error {
 	if o.TLS != nil {
 		if _, err := o.TLS.config(); err != nil {
 			return err
+		}
+	}
+	return o.validateSystemUser()
+}
+
+// validateSystemUser checks that SystemUser, if set, is a user's key of
+// its own.
+func (o Options) validateSystemUser() error {
+	if o.SystemUser == "" {
+		return nil
+	}
+	if !nkeys.IsValidPublicUserKey(o.SystemUser) {
+		return invalid("SystemUser %q is not an nkey user's public key", o.SystemUser)
+	}
+	for i, u := range o.Users {
+		if u.Nkey == o.SystemUser {
+			return invalid("SystemUser is Users[%d] too: a user belongs to one account", i)
 		}
 	}
 	return nil

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 const (
@@ -123,7 +125,10 @@ func (s *Server) natsOptions() (*server.Options, error) {
 		no.Cluster = server.ClusterOpts{Name: m.clusterName, Host: s.opts.Host, Port: m.routePort}
 		no.Routes = m.routes
 	}
-	no.Nkeys = s.opts.Users
+	no.Nkeys = slices.Clone(s.opts.Users)
+	if err := s.addSystemUser(no); err != nil {
+		return nil, err
+	}
 	if t := s.opts.TLS; t != nil {
 		c, err := t.config()
 		if err != nil {
@@ -132,6 +137,43 @@ func (s *Server) natsOptions() (*server.Options, error) {
 		no.TLS, no.TLSConfig, no.TLSVerify = true, c, t.Verify
 	}
 	return no, nil
+}
+
+// addSystemUser gives no the system account with Options.SystemUser as
+// its user. With Options.Users, those stay the only other users; without,
+// an anonymous user of the global account is added, which clients without
+// credentials connect as (its seed is thrown away: no one can
+// authenticate as it otherwise).
+func (s *Server) addSystemUser(no *server.Options) error {
+	if s.opts.SystemUser == "" {
+		return nil
+	}
+	sys := server.NewAccount(server.DEFAULT_SYSTEM_ACCOUNT)
+	no.Accounts = []*server.Account{sys}
+	no.SystemAccount = sys.Name
+	no.Nkeys = append(no.Nkeys, &server.NkeyUser{Nkey: s.opts.SystemUser, Account: sys})
+	if len(s.opts.Users) > 0 {
+		// Declare the users, as a configuration file does with an
+		// authorization block: without one, a server whose system account
+		// has users gives the global account a no-auth user of its own,
+		// letting in every client without credentials.
+		if err := no.ProcessConfigString("authorization {}"); err != nil {
+			return fmt.Errorf("declare the users: %w", err)
+		}
+		return nil
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return fmt.Errorf("create the anonymous user: %w", err)
+	}
+	defer kp.Wipe()
+	anon, err := kp.PublicKey()
+	if err != nil {
+		return fmt.Errorf("create the anonymous user: %w", err)
+	}
+	no.Nkeys = append(no.Nkeys, &server.NkeyUser{Nkey: anon}) // no account: the global one
+	no.NoAuthUser = anon
+	return nil
 }
 
 // waitReady polls until ns accepts connections with JetStream enabled, a

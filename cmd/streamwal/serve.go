@@ -77,8 +77,11 @@ const serveHelp = "Run an embedded nats-server with JetStream file storage in --
 	"A directory that existed and its data are never removed.\n\n" +
 	"--http-port turns on the embedded server's HTTP monitoring endpoint (/varz,\n" +
 	"/jsz, /connz, ... as for nats-server -m), printed in the banner; off by default.\n" +
-	"(`nats server` commands ask the system account instead, which the embedded\n" +
-	"server gives no user.)\n\n" +
+	"`nats server` commands (server report jetstream, server list, ...) ask the\n" +
+	"server's system account instead: the embedded server has one user in it, whose\n" +
+	"seed serve writes to <data-dir>/" + sysSeedFile + " (mode 0600) at the first start and\n" +
+	"keeps; the banner prints the command (nats --nkey <data-dir>/" + sysSeedFile + " ...).\n" +
+	"Every other client stays in the global account, where JetStream keeps the data.\n\n" +
 	"Existing servers: with --server URL[,URL...] (or STREAMWAL_SERVER; NATS_URL is not\n" +
 	"read here), serve starts no server and runs the same coordinator and node on those\n" +
 	"servers, as `streamwal coord` and `streamwal node` would: --data-dir, --host,\n" +
@@ -93,7 +96,9 @@ const serveHelp = "Run an embedded nats-server with JetStream file storage in --
 	"Credentials: with --auth-dir D (written by `streamwal auth init`), the embedded\n" +
 	"server accepts only the users of D/auth.conf, each with its role's permissions,\n" +
 	"and serve's coordinator and node connect with D/coord.nk and D/node.nk; clients\n" +
-	"then need --nkey D/client.nk, the nats CLI --nkey D/admin.nk."
+	"then need --nkey D/client.nk, the nats CLI --nkey D/admin.nk (streams, buckets);\n" +
+	"`nats server` commands still take the system user's " + sysSeedFile + ", the admin being\n" +
+	"a user of the global account."
 
 // newServeCmd is `streamwal serve`.
 func newServeCmd() *cobra.Command {
@@ -217,6 +222,8 @@ type serving struct {
 	sys     *system.System
 	view    wire.View
 	auth    *serveAuth
+	// sysUser is the embedded server's system-account user.
+	sysUser systemUser
 }
 
 // startServing starts the embedded server and the system (within a
@@ -230,8 +237,13 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	if err != nil {
 		return nil, err
 	}
+	sysUser, err := loadSystemUser(f.dataDir)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := embedded.Start(embedded.Options{
 		StoreDir: f.dataDir, Host: f.host, Port: f.port, HTTPPort: f.httpPort, SyncAlways: f.syncAlways, Users: sec.Users(),
+		SystemUser: sysUser.publicKey,
 		// nats-server's notices are for its own operators: keep them at warn
 		// unless debugging.
 		Logger: logging.Component(log, "nats-server").Level(natsLevel(cfg.level)),
@@ -239,7 +251,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	if err != nil {
 		return nil, err
 	}
-	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec}
+	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec, sysUser: sysUser}
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
@@ -309,6 +321,7 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	if m := s.srv.MonitorURL(); m != "" {
 		fmt.Fprintf(out, "  monitoring:  %s (/varz, /jsz, /connz)\n", m)
 	}
+	fmt.Fprintf(out, "  report:      %s\n", s.sysUser.reportCommand(url))
 	s.auth.printBanner(out)
 	gc := groupCommitOff
 	if f.syncAlways {
