@@ -50,6 +50,11 @@ type Report struct {
 	VChannelMessages int
 	StreamMessages   int
 	Barriers         int
+	// BarriersBehind are the RecoveryBarriers whose TimeTick was not above
+	// every one before them in their stream, one sentence each, when
+	// Config.TolerateBarrierBehind counts them here rather than in
+	// Violations.
+	BarriersBehind []string
 	// Violations are the invariants broken, one sentence each.
 	Violations []string
 }
@@ -68,10 +73,10 @@ func (r Report) Err() error {
 func (r Report) String() string {
 	return fmt.Sprintf("plain appends: %d acknowledged, %d of unknown outcome (%d landed), %d refused; "+
 		"transactions: %d committed, %d rolled back, %d aborted, %d of unknown commit (%d landed); "+
-		"read %d messages of the VChannels, %d of the streams (%d barriers); errors by code %v; %d violations",
+		"read %d messages of the VChannels, %d of the streams (%d barriers, %d tolerated behind); errors by code %v; %d violations",
 		r.Plain.Acknowledged, r.Plain.Unknown, r.Plain.UnknownLanded, r.Plain.Refused,
 		r.Txns.Committed, r.Txns.RolledBack, r.Txns.Aborted, r.Txns.CommitUnknown, r.Txns.CommitUnknownLanded,
-		r.VChannelMessages, r.StreamMessages, r.Barriers, r.Errors, len(r.Violations))
+		r.VChannelMessages, r.StreamMessages, r.Barriers, len(r.BarriersBehind), r.Errors, len(r.Violations))
 }
 
 // Check seals the load (see Seal) and verifies it (see Verify). Call it
@@ -116,7 +121,8 @@ func (l *Load) Verify(ctx context.Context) (Report, error) {
 	if marks == nil {
 		return Report{}, errors.New("workload: verify before seal")
 	}
-	c := &checker{snap: l.ledger.snapshot(), plainSeen: map[string]int{}, txnSeen: map[txnKey]int{}}
+	c := &checker{snap: l.ledger.snapshot(), plainSeen: map[string]int{}, txnSeen: map[txnKey]int{},
+		tolerateBarrier: l.cfg.TolerateBarrierBehind}
 	for _, v := range l.cfg.VChannels {
 		if err := c.readVChannel(ctx, l.cfg.Client, v, marks[v]); err != nil {
 			return Report{}, err
@@ -139,10 +145,11 @@ func (l *Load) Verify(ctx context.Context) (Report, error) {
 
 // checker accumulates what the reads found.
 type checker struct {
-	snap      snapshot
-	plainSeen map[string]int
-	txnSeen   map[txnKey]int
-	report    Report
+	snap            snapshot
+	tolerateBarrier bool
+	plainSeen       map[string]int
+	txnSeen         map[txnKey]int
+	report          Report
 }
 
 // violation records a violation.
@@ -194,9 +201,15 @@ func (c *checker) checkOrder(what string, prev, m *messages.ImmutableMessage) {
 		c.violation("%s: MessageID %d (%s) read after %d (%s)", what, m.ID(), m.Type(), prev.ID(), prev.Type())
 	}
 	if m.TimeTick() <= prev.TimeTick() {
-		c.violation("%s: TimeTick %d of %s %d not above %d of %s %d", what, m.TimeTick(), m.Type(), m.ID(),
-			prev.TimeTick(), prev.Type(), prev.ID())
+		c.violation("%s: %s", what, behind(m, prev))
 	}
+}
+
+// behind says that m's TimeTick is not above top's.
+func behind(m, top *messages.ImmutableMessage) string {
+	return fmt.Sprintf("TimeTick %d of %s %d (term %d) not above %d of %s %d (term %d), %s earlier", m.TimeTick(),
+		m.Type(), m.ID(), m.Term(), top.TimeTick(), top.Type(), top.ID(), top.Term(),
+		top.TimeTick().Physical().Sub(m.TimeTick().Physical()))
 }
 
 // insert checks a plain insert read on v.
@@ -269,22 +282,40 @@ func (c *checker) readStream(ctx context.Context, be *jetstream.JetStream, p str
 		return fmt.Errorf("workload: read the stream of %s: %w", p, err)
 	}
 	defer func() { _ = sc.Close() }()
-	var prev, barrier *messages.ImmutableMessage
+	var prev, top, barrier *messages.ImmutableMessage
 	for m, err := range sc.All(ctx) {
 		if err != nil {
 			return fmt.Errorf("workload: read the stream of %s through %d: %w", p, st.Last, err)
 		}
 		c.report.StreamMessages++
-		if prev != nil {
-			c.checkOrder(p.String()+" stream", prev, m)
+		if prev != nil && m.ID() <= prev.ID() {
+			c.violation("%s stream: MessageID %d (%s) read after %d (%s)", p, m.ID(), m.Type(), prev.ID(), prev.Type())
 		}
 		prev = m
+		top = c.checkTimeTick(p, top, m)
 		barrier = c.checkTerm(p, barrier, m)
 		if m.ID() >= st.Last {
 			return nil
 		}
 	}
 	return fmt.Errorf("workload: read of the stream of %s ended before %d", p, st.Last)
+}
+
+// checkTimeTick checks that m, read in p's stream after top (the message
+// with the largest TimeTick so far; nil before the first), has a larger
+// TimeTick, and returns the new top.
+func (c *checker) checkTimeTick(p streamwal.PChannel, top, m *messages.ImmutableMessage) *messages.ImmutableMessage {
+	switch {
+	case top == nil:
+		return m
+	case m.TimeTick() > top.TimeTick():
+		return m
+	case m.Type() == messages.TypeRecoveryBarrier && c.tolerateBarrier:
+		c.report.BarriersBehind = append(c.report.BarriersBehind, fmt.Sprintf("%s stream: %s", p, behind(m, top)))
+	default:
+		c.violation("%s stream: %s", p, behind(m, top))
+	}
+	return top
 }
 
 // checkTerm checks the term of m, read in p's stream after the
