@@ -94,9 +94,14 @@ func startServe(t testing.TB, dir string, args ...string) *serveProc {
 // if the test failed.
 func startProcess(t testing.TB, env []string, args ...string) *serveProc {
 	t.Helper()
-	bin := streamwalBinary(t)
-	p := &serveProc{t: t, name: args[0], done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	return startCmd(t, args[0], exec.Command(streamwalBinary(t), args...), env)
+}
+
+// startCmd starts cmd (any program: a script, say) as startProcess
+// starts the streamwal binary, under name in messages.
+func startCmd(t testing.TB, name string, cmd *exec.Cmd, env []string) *serveProc {
+	t.Helper()
+	p := &serveProc{t: t, name: name, done: make(chan struct{}), cmd: cmd}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	p.started = time.Now()
