@@ -45,25 +45,37 @@ func (b *JetStream) readArchived(ctx context.Context, p streamwal.PChannel, opts
 // tieredScanner delivers the archived messages from a start position up to
 // the archive's end, then the stream's from there on. A fetcher goroutine
 // reads the next archived object while the caller decodes the current one.
+//
+// A truncation may move the archive's end past the point the stream's
+// consumer has reached (the hand-off point, or a later one: its consumer
+// pulls ahead of the reader): the stream would then deliver what follows
+// the purge and skip what the truncation moved to the archive. So the
+// stream part of such a read is read whole, filtered here as the archive
+// is, and whenever the stream delivers a message above the one the read
+// expects next, the scanner reads the archive's index again; if its end
+// moved past that point, it goes back to the archive from there. (A
+// filtered consumer could not tell a purge from the subjects it skips.)
 type tieredScanner struct {
-	b       *JetStream
-	p       streamwal.PChannel
-	opts    ReadOptions
-	match   *subjectMatcher
-	chunks  chan archiveChunk
-	stop    chan struct{}
-	fetched chan struct{}
-	cancel  context.CancelFunc
+	b      *JetStream
+	p      streamwal.PChannel
+	opts   ReadOptions
+	match  *subjectMatcher
+	chunks chan archiveChunk
+	stop   chan struct{}
+	fctx   context.Context
+	cancel context.CancelFunc
 
 	// Owned by Next.
 	cur     *frameReader
 	skip    messages.MessageID
 	handoff messages.MessageID
+	expect  messages.MessageID // the next message the stream must deliver; 0: no check
 	err     error
 
-	mu     sync.Mutex
-	closed bool
-	stream *scanner
+	mu      sync.Mutex
+	closed  bool
+	stream  *scanner
+	fetched chan struct{} // closed when the current fetcher stopped
 }
 
 // archiveChunk is one archived object to deliver from `from` on, the
@@ -81,9 +93,9 @@ func newTieredScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, o
 	fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &tieredScanner{
 		b: b, p: p, opts: opts, match: newSubjectMatcher(opts.Filters),
-		chunks: make(chan archiveChunk), stop: make(chan struct{}), fetched: make(chan struct{}), cancel: cancel,
+		chunks: make(chan archiveChunk), stop: make(chan struct{}), fetched: make(chan struct{}), fctx: fctx, cancel: cancel,
 	}
-	go s.fetch(fctx, idx, from)
+	go s.fetch(fctx, idx, from, s.fetched)
 	return s
 }
 
@@ -91,8 +103,8 @@ func newTieredScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, o
 // archive's end. An object merged into a larger one since the index was
 // read is found again in a newer index; the archive's end is read again
 // once reached, since a truncation may have moved it meanwhile.
-func (s *tieredScanner) fetch(ctx context.Context, idx *archiveIndex, want messages.MessageID) {
-	defer close(s.fetched)
+func (s *tieredScanner) fetch(ctx context.Context, idx *archiveIndex, want messages.MessageID, fetched chan struct{}) {
+	defer close(fetched)
 	for {
 		var err error
 		if want, err = s.fetchRanges(ctx, idx, want); err != nil {
@@ -226,7 +238,22 @@ func (s *tieredScanner) Next(ctx context.Context) (*messages.ImmutableMessage, e
 		case err != nil:
 			return nil, err
 		case st != nil:
-			return st.Next(ctx)
+			m, err := st.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if back, err := s.behindArchive(ctx, m); back || err != nil {
+				if err == nil {
+					err = s.rewind()
+				}
+				if err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if s.match.match(s.subjectOf(m)) {
+				return m, nil
+			}
 		case s.err != nil:
 			return nil, s.err
 		case s.cur != nil:
@@ -253,6 +280,7 @@ func (s *tieredScanner) receive(ctx context.Context) error {
 		case c.err != nil:
 			s.err = fmt.Errorf("read %s: archive: %w", s.p, c.err)
 		case c.stream != nil:
+			s.expect = c.handoff
 			return s.setStream(c.stream)
 		case c.handoff != 0:
 			s.handoff = c.handoff
@@ -301,10 +329,12 @@ func (s *tieredScanner) corrupt(err error) error {
 }
 
 // streamOptions are the read options of the stream from end on: the
-// reader's own, but for the start.
+// reader's own, but for the start and the filters (the stream is read
+// whole, and filtered by Next, so that a gap in its sequence is a
+// truncation).
 func (s *tieredScanner) streamOptions(end messages.MessageID) ReadOptions {
 	o := s.opts
-	o.Start = From(end)
+	o.Start, o.Filters = From(end), nil
 	return o
 }
 
@@ -314,7 +344,55 @@ func (s *tieredScanner) openStream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.expect = s.handoff
 	return s.setStream(st)
+}
+
+// behindArchive reports whether m, delivered by the stream, comes after
+// messages that a truncation moved to the archive since the read handed
+// off (or, without filters, since its last message): then the read must
+// go back to the archive from s.expect, and m is not delivered now. It
+// moves s.expect past m otherwise.
+func (s *tieredScanner) behindArchive(ctx context.Context, m *messages.ImmutableMessage) (bool, error) {
+	if s.expect != 0 && m.ID() > s.expect {
+		var idx *archiveIndex
+		err := retry(ctx, func() (err error) {
+			idx, err = s.b.loadIndex(ctx, s.p)
+			return err
+		})
+		if err != nil {
+			return false, fmt.Errorf("read %s: archive: %w", s.p, err)
+		}
+		if idx.end() > s.expect {
+			return true, nil
+		}
+	}
+	s.expect = m.ID() + 1
+	return false, nil
+}
+
+// subjectOf is the subject m is stored under.
+func (s *tieredScanner) subjectOf(m *messages.ImmutableMessage) string {
+	if v := m.VChannel(); !v.IsZero() {
+		return s.b.codec.Cluster().VChannelSubject(v, m.Type().Token)
+	}
+	return s.b.codec.Cluster().PChannelSubject(m.PChannel(), m.Type().Token)
+}
+
+// rewind closes the stream's scanner and reads the archive again from
+// s.expect, with a new fetcher.
+func (s *tieredScanner) rewind() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return s.closedErr()
+	}
+	st, from := s.stream, s.expect
+	s.stream, s.handoff, s.cur, s.expect = nil, 0, nil, 0
+	s.fetched = make(chan struct{})
+	go s.fetch(s.fctx, &archiveIndex{}, from, s.fetched)
+	s.mu.Unlock()
+	return st.Close()
 }
 
 // setStream switches to the stream's scanner (closing it if the scanner
@@ -354,10 +432,10 @@ func (s *tieredScanner) Close() error {
 	}
 	s.closed = true
 	close(s.stop)
-	st := s.stream
+	st, fetched := s.stream, s.fetched
 	s.mu.Unlock()
 	s.cancel()
-	<-s.fetched
+	<-fetched
 	if st != nil {
 		return st.Close()
 	}

@@ -72,6 +72,7 @@ func (e *env) testArchive(t *testing.T) {
 	t.Run("Boundary", func(t *testing.T) { r.withT(t).checkBoundary() })
 	t.Run("Get", func(t *testing.T) { r.withT(t).checkGet() })
 	t.Run("ReadWhileTruncating", func(t *testing.T) { r.withT(t).checkMovingEnd(w) })
+	t.Run("HandOffWhileTruncating", func(t *testing.T) { r.withT(t).checkHandOffRace(w) })
 	t.Run("Lifecycle", func(t *testing.T) { r.withT(t).checkLifecycle() })
 	t.Run("RestartServer", func(t *testing.T) {
 		if e.h.RestartServer == nil {
@@ -81,11 +82,14 @@ func (e *env) testArchive(t *testing.T) {
 	})
 }
 
-// withT returns the run for a subtest.
+// withT returns the run for a subtest: the same run (what a subtest
+// appends and truncates stays in the history the later ones check),
+// reporting to t until the subtest ends.
 func (r *archiveRun) withT(t *testing.T) *archiveRun {
-	c := *r
-	c.t = t
-	return &c
+	prev := r.t
+	r.t = t
+	t.Cleanup(func() { r.t = prev })
+	return r
 }
 
 // reopen opens p under term, from a new backend every other round, which
@@ -319,6 +323,50 @@ func (r *archiveRun) checkMovingEnd(w jetstream.Writer) {
 		r.t.Fatal(err)
 	}
 	r.same("earliest while truncating", append(got, rest...), want)
+}
+
+// checkHandOffRace: a truncation far past the archive's end, made while a
+// read is still in the archive (its scanner of the stream may already be
+// open at the old end, and its consumer positioned there), loses nothing:
+// the read continues in the archive through what that truncation moved
+// there, filtered or not.
+func (r *archiveRun) checkHandOffRace(w jetstream.Writer) {
+	r.appendSome(w, 1500, archiveRounds+2)
+	want := r.expected(1, nil)
+	last := want[len(want)-1].id
+	filters := r.e.codec.Cluster().VChannelFilter(r.v1)
+	sc, err := r.b.Read(r.ctx, r.p, jetstream.ReadOptions{Start: jetstream.Earliest()})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer func() { _ = sc.Close() }()
+	fsc, err := r.b.Read(r.ctx, r.p, jetstream.ReadOptions{Start: jetstream.Earliest(), Filters: filters})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer func() { _ = fsc.Close() }()
+	// Both reads take the archive's last message: their fetchers have
+	// handed off to the stream at the archive's end.
+	got, err := readThrough(r.ctx, sc, r.archived-1)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	fgot, err := readThrough(r.ctx, fsc, r.archived-1)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.truncate(last-10, "while a read is at the archive's end")
+	rest, err := readThrough(r.ctx, sc, last)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.same("earliest across a far truncation", append(got, rest...), want)
+	fwant := r.expected(1, func(kind string) bool { return kind != "v2" })
+	frest, err := readThrough(r.ctx, fsc, fwant[len(fwant)-1].id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.same("v1 across a far truncation", append(fgot, frest...), fwant)
 }
 
 // checkRestart: a read of the archive goes on through a restart of the
