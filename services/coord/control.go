@@ -190,6 +190,7 @@ func (ctl *control) loadChannel(ctx context.Context, name string) error {
 	}
 	ctl.channels = append(ctl.channels, a)
 	ctl.byName[name] = a
+	ctl.t.terms.set(name, a.Term)
 	return nil
 }
 
@@ -487,11 +488,13 @@ func (ctl *control) schedule() {
 	}
 }
 
-// start begins an assignment: the next term is persisted as ASSIGNING
-// before the node hears of it.
+// start begins an assignment: the next term is persisted as ASSIGNING,
+// and the oracle refuses the earlier terms' owners, before the node hears
+// of it.
 func (ctl *control) start(a *wire.Assignment, from, to streamwal.NodeID) {
 	oldTerm := a.Term
 	a.Term++
+	ctl.t.terms.set(a.PChannel, a.Term)
 	ctl.setState(a, string(to), wire.Assigning)
 	if ctl.t.isDeposed() {
 		return

@@ -19,7 +19,11 @@
 // reply. The oracle persists an upper bound a few seconds ahead before it
 // hands out anything above it, and a new active coordinator starts above
 // the persisted bound: TimeTicks never go backwards across restarts and
-// takeovers, even if a clock steps back.
+// takeovers, even if a clock steps back. A WAL's request names its
+// PChannel and term, and the oracle refuses it (CodeFenced) once the
+// PChannel is assigned under a later term: the term is raised before the
+// new owner is told, so every TimeTick a superseded owner still gets
+// (a batch included) is below its successor's RecoveryBarrier.
 //
 // # Membership and assignment
 //

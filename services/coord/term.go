@@ -31,6 +31,7 @@ type term struct {
 	tsoMu    sync.Mutex
 	tso      *oracle
 	tsoStore *store
+	terms    *termTable // each PChannel's assigned term, for the oracle's fence
 
 	ctl   *control
 	bc    *broadcast.Broadcaster
@@ -47,7 +48,7 @@ type tsoRecord struct {
 // under the epoch, then starts the handlers and the control loop.
 func startTerm(ctx context.Context, c *Coordinator, epoch uint64) (*term, error) {
 	t := &term{c: c, epoch: epoch, log: c.log.With().Uint64("epoch", epoch).Logger(),
-		tsoStore: newStore(c.buckets[streamwal.BucketTSO])}
+		tsoStore: newStore(c.buckets[streamwal.BucketTSO]), terms: newTermTable()}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if err := t.startOracle(ctx); err != nil {
 		t.cancel()
@@ -152,7 +153,12 @@ func (t *term) serve(h wire.Handler, async bool) nats.MsgHandler {
 	}
 }
 
-// handleTSO hands out TimeTicks, persisting the bound ahead of them.
+// handleTSO hands out TimeTicks, persisting the bound ahead of them. A
+// request scoped to a PChannel under a term it is no longer assigned under
+// is refused (streamwal.CodeFenced), checked under the lock that orders
+// the reservations: the new owner draws its barrier's TimeTick only after
+// its term was recorded, so every TimeTick its predecessor got (a batch
+// included) is below the barrier's.
 func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
 	var req wire.TSORequest
 	if err := wire.Decode(data, &req); err != nil {
@@ -160,6 +166,9 @@ func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
 	}
 	t.tsoMu.Lock()
 	defer t.tsoMu.Unlock()
+	if err := t.terms.admit(req); err != nil {
+		return nil, err
+	}
 	first, last, bound, err := t.tso.reserve(time.Now(), req.Count)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
 )
@@ -79,7 +80,7 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 		n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10))
 	}
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
-		Oracle: n.oracle, SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage()})
+		Oracle: n.oracle.For(p, term), SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage()})
 	if err != nil {
 		return nil, err
 	}
@@ -249,7 +250,8 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	return reply, nil
 }
 
-// remoteOracle is the coordinator's TSO over request-reply.
+// remoteOracle is the coordinator's TSO over request-reply, shared by the
+// node's WALs, each through its view (For).
 type remoteOracle struct {
 	nc      *nats.Conn
 	subject string
@@ -259,16 +261,35 @@ type remoteOracle struct {
 // coordinator takeover.
 const oracleBudget = 5 * time.Second
 
-// Allocate implements timetick.Oracle, retrying while no coordinator
-// answers (a takeover) within oracleBudget.
-func (o *remoteOracle) Allocate(ctx context.Context, n uint32) (messages.TimeTick, error) {
+// For is the oracle of p's WAL under term: the coordinator refuses it
+// (streamwal.CodeFenced) once p is assigned under a later term.
+func (o *remoteOracle) For(p streamwal.PChannel, term uint64) timetick.Oracle {
+	return &walOracle{o: o, pchannel: p.String(), term: term}
+}
+
+// walOracle is the view of a remoteOracle one WAL draws from.
+type walOracle struct {
+	o        *remoteOracle
+	pchannel string
+	term     uint64
+}
+
+// Allocate implements timetick.Oracle.
+func (w *walOracle) Allocate(ctx context.Context, n uint32) (messages.TimeTick, error) {
+	return w.o.allocate(ctx, wire.TSORequest{Count: n, PChannel: w.pchannel, Term: w.term})
+}
+
+// allocate asks for req, retrying while no coordinator answers (a
+// takeover) within oracleBudget; a refusal that is not retriable (a
+// superseded owner is fenced) is returned at once.
+func (o *remoteOracle) allocate(ctx context.Context, req wire.TSORequest) (messages.TimeTick, error) {
 	ctx, cancel := context.WithTimeout(ctx, oracleBudget)
 	defer cancel()
 	delay := 20 * time.Millisecond
 	for {
 		var reply wire.TSOReply
 		callCtx, callCancel := context.WithTimeout(ctx, time.Second)
-		err := wire.Call(callCtx, o.nc, o.subject, wire.TSORequest{Count: n}, &reply)
+		err := wire.Call(callCtx, o.nc, o.subject, req, &reply)
 		callCancel()
 		if err == nil {
 			return reply.First, nil

@@ -8,9 +8,16 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// TSORequest asks the coordinator for Count consecutive TimeTicks.
+// TSORequest asks the coordinator for Count consecutive TimeTicks. A
+// request of a PChannel's WAL names the PChannel and the term it is owned
+// under: the coordinator refuses it (streamwal.CodeFenced) once it assigned
+// the PChannel under a later term, so that a superseded owner draws no
+// TimeTick above its successor's RecoveryBarrier. Without them (both
+// absent) nothing is checked.
 type TSORequest struct {
-	Count uint32 `json:"count"`
+	Count    uint32 `json:"count"`
+	PChannel string `json:"pchannel,omitempty"`
+	Term     uint64 `json:"term,omitempty"`
 }
 
 // TSOReply is the first of them.

@@ -266,6 +266,11 @@ func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
 		w.alloc.Reset()
 		tt, err = w.alloc.Next(w.alive)
 	}
+	if errors.Is(err, streamwal.ErrFenced) {
+		// The oracle knows of a newer owner: stop as on a fenced write.
+		w.failLocked(oracleFenced(w.cfg, err))
+		return 0, w.stopped
+	}
 	if err != nil {
 		return 0, streamwal.Errorf(streamwal.CodeUnavailable, "allocate a timetick for %s: %w", w.cfg.PChannel, err)
 	}
@@ -274,6 +279,12 @@ func (w *WAL) nextTimeTick() (messages.TimeTick, error) {
 	}
 	w.floor = tt
 	return tt, nil
+}
+
+// oracleFenced is the error of a WAL whose TimeTick the oracle refused
+// because the PChannel is assigned under a later term.
+func oracleFenced(cfg Config, err error) error {
+	return streamwal.Errorf(streamwal.CodeFenced, "%s under term %d: the timestamp oracle refuses a superseded owner: %w", cfg.PChannel, cfg.Term, err)
 }
 
 // allocate registers op's TimeTicks with the ack manager; on a refusal

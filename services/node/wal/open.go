@@ -2,6 +2,7 @@ package wal
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,9 @@ func newBarrier(ctx context.Context, cfg Config, alloc *timetick.Allocator) (*me
 		return nil, err
 	}
 	tt, err := alloc.Next(ctx)
+	if errors.Is(err, streamwal.ErrFenced) {
+		return nil, oracleFenced(cfg, err)
+	}
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "allocate the barrier's timetick: %w", err)
 	}
