@@ -23,6 +23,12 @@
 #                          run beside something that uses them (default 0)
 set -euo pipefail
 
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	# The comment at the top of this file, without its '#'.
+	sed -n '2,/^set -euo pipefail$/p' "$0" | sed -e '$d' -e 's/^# \{0,1\}//'
+	exit 0
+fi
+
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 base=${1:-${STREAMWAL_BASE:-./streamwal-cluster}}
 pchannels=${STREAMWAL_PCHANNELS:-16}
@@ -132,16 +138,22 @@ check_alive() {
 	done
 }
 
-# wait_for WHAT COMMAND...: runs COMMAND every half second until it
-# succeeds, while every process runs, for at most ready_timeout seconds.
+# wait_for WHAT INTERVAL COMMAND...: runs COMMAND every INTERVAL seconds
+# until it succeeds, while every process runs, for at most ready_timeout
+# seconds.
 wait_for() {
-	local what=$1 deadline=$((SECONDS + ready_timeout))
-	shift
+	local what=$1 interval=$2 deadline=$((SECONDS + ready_timeout))
+	shift 2
 	until "$@" >/dev/null 2>&1; do
 		check_alive
 		((SECONDS < deadline)) || die "$what: not after ${ready_timeout} s (logs in $base/logs)"
-		sleep 0.5
+		sleep "$interval"
 	done
+}
+
+# running NAME: the process NAME printed its line saying it runs.
+running() {
+	grep -q ' running on ' "$base/logs/$1.log"
 }
 
 # http_ok PORT PATH: an HTTP GET of 127.0.0.1:PORT/PATH answers 200 (bash's
@@ -155,7 +167,8 @@ http_ok() {
 	)
 }
 
-# all_served: streamwal status shows every PChannel served and three nodes.
+# all_served: streamwal status shows every PChannel served and three nodes
+# (a status reads every stream's tail: it is asked every 2 s, not more).
 all_served() {
 	local out
 	out=$("$streamwal" status "${client_flags[@]}" --timeout 5s) || return 1
@@ -194,22 +207,28 @@ for i in 1 2 3; do
 done
 urls=$(IFS=,; echo "${servers[*]}")
 for i in 1 2 3; do
-	wait_for "nats-$i's JetStream (http://127.0.0.1:$((8221 + i + offset))/healthz)" http_ok $((8221 + i + offset)) /healthz
+	wait_for "nats-$i's JetStream (http://127.0.0.1:$((8221 + i + offset))/healthz)" 0.5 http_ok $((8221 + i + offset)) /healthz
 done
 say "the JetStream cluster of nats-1, nats-2 and nats-3 is up"
 
-# Two coordinators (one active, one standby) and three nodes, each with
+# Two coordinators (one active, one standby), then three nodes, each with
 # its role's seed; the nodes keep their IDs in their state directories.
+# Each coordinator creates the cluster's buckets if they are missing; the
+# nodes start once the buckets exist.
 for i in 1 2; do
 	start "coord-$i" "$base" "$streamwal" coord --server "$urls" --nkey "$base/auth/coord.nk" --cluster "$cluster" \
 		--id "coord-$i" --replicas 3 --pchannels "$pchannels"
+	wait_for "coord-$i running" 0.5 running "coord-$i"
 done
 for i in 1 2 3; do
 	start "node-$i" "$base" "$streamwal" node --server "$urls" --nkey "$base/auth/node.nk" --cluster "$cluster" \
 		--id "node-$i" --state-dir "$base/state/node-$i" --replicas 3
 done
+for i in 1 2 3; do
+	wait_for "node-$i running" 0.5 running "node-$i"
+done
 client_flags=(--server "$urls" --nkey "$base/auth/client.nk" --cluster "$cluster")
-wait_for "every PChannel served by three nodes" all_served
+wait_for "every PChannel served by three nodes" 2 all_served
 
 cat <<EOF
 

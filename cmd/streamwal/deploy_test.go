@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -81,7 +82,7 @@ func TestLocalClusterScript(t *testing.T) {
 
 	started := startedLine.FindAllStringSubmatch(out, -1)
 	require.Len(t, started, 8, "three servers, two coordinators, three nodes")
-	p.signal(syscall.SIGINT)
+	p.signal(ctrlC())
 	st := p.waitExit(scriptTimeout)
 	require.True(t, st.Success(), "the script ends cleanly on Ctrl-C: %v", p.waitErr)
 	require.Contains(t, p.stdout.String(), "local-cluster: stopped")
@@ -90,6 +91,18 @@ func TestLocalClusterScript(t *testing.T) {
 		require.NoError(t, err)
 		require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "%s (pid %d) still runs", s[1], pid)
 	}
+}
+
+// ctrlC is the signal of a Ctrl-C, SIGINT, unless this process was
+// started with SIGINT ignored (in the background of a shell without job
+// control): the script inherits that, and a shell cannot trap a signal
+// ignored when it started, so SIGTERM, which it handles the same way,
+// stands in.
+func ctrlC() syscall.Signal {
+	if signal.Ignored(syscall.SIGINT) {
+		return syscall.SIGTERM
+	}
+	return syscall.SIGINT
 }
 
 // mustRunEnv runs the streamwal binary with env added, as a user who
