@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 
@@ -329,7 +330,10 @@ func classify(err error) error {
 		return err
 	case errors.Is(err, nats.ErrNoResponders), errors.Is(err, njs.ErrNoStreamResponse),
 		errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrConnectionClosed),
-		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected):
+		errors.Is(err, nats.ErrConnectionReconnecting), errors.Is(err, nats.ErrDisconnected),
+		// An object store read whose chunks stop arriving in time (a
+		// busy or restarting server) times out on its pipe.
+		errors.Is(err, os.ErrDeadlineExceeded):
 		return streamwal.Errorf(streamwal.CodeUnavailable, "%w", err)
 	}
 	var se *streamwal.Error

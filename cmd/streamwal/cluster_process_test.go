@@ -127,13 +127,10 @@ func startFaultRig(t *testing.T) *faultRig {
 	t.Cleanup(nc.Close)
 	// A NATS failover delays the nodes' heartbeats past the coordinator's
 	// NodeTTL (1 s): it declares live nodes dead and moves their
-	// PChannels while they still write, and a successor's barrier can
-	// then land behind TimeTicks its predecessor drew later (a defect:
-	// see workload.Config.TolerateBarrierBehind); the check counts those
-	// barriers apart, and still wants every other message above every
-	// TimeTick before it.
-	r.load, err = workload.New(workload.Config{Client: c, Conn: nc, VChannels: vs, Appenders: 4, Seed: 15,
-		TolerateBarrierBehind: true})
+	// PChannels while they still write. The oracle refuses TimeTicks to
+	// an owner once its successor's term is recorded, so every barrier
+	// stays above every TimeTick before it: the check is strict.
+	r.load, err = workload.New(workload.Config{Client: c, Conn: nc, VChannels: vs, Appenders: 4, Seed: 15})
 	require.NoError(t, err)
 	t.Logf("load on %v (PChannels %v)", vs, r.load.PChannels())
 	require.NoError(t, r.load.Start())

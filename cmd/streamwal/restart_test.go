@@ -39,8 +39,11 @@ const restartVChannel = "pchan-0_1v0"
 // truncation point, so a test that waits for truncation and then reads
 // from the start reads across both. The duplicate window (below which
 // truncation never goes) is short, so that truncation follows the flushes
-// within seconds.
-var truncating = []string{"--retain", "0s", "--duplicate-window", "1s"}
+// within seconds, but longer than attemptTimeout: the client retries an
+// append only within its attempt, so a retry always reaches the stream
+// within the window and is deduplicated (NATS forgets a message ID after
+// the window, and a later retry would be stored again).
+var truncating = []string{"--retain", "0s", "--duplicate-window", "3s"}
 
 // truncationTimeout bounds a wait for truncation below a flushed segment:
 // serve's defaults persist a round every 10 s (at once past 100 dirty
