@@ -186,15 +186,12 @@ func (c *Client) tiers(ctx context.Context) (*jetstream.JetStream, bool, error) 
 	return be, exists, err
 }
 
-// tail reads the last message of p's stream (zeros if none).
+// tail reads the last message of p's stream (zeros if none), without a
+// consumer: status is polled, and every consumer would stay on the server
+// until it timed out.
 func (c *Client) tail(ctx context.Context, p streamwal.PChannel) (messages.MessageID, messages.TimeTick) {
-	s, err := c.backend.Read(ctx, p, jetstream.ReadOptions{Start: jetstream.Latest()})
-	if err != nil {
-		return 0, 0
-	}
-	last := s.Start().ID
-	_ = s.Close()
-	if last == 0 {
+	last, err := c.backend.Last(ctx, p)
+	if err != nil || last == 0 {
 		return 0, 0
 	}
 	m, err := c.backend.Get(ctx, p, last)

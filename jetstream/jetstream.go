@@ -93,8 +93,9 @@ func (b *JetStream) streamConfig(p streamwal.PChannel) njs.StreamConfig {
 	}
 }
 
-// Provision creates p's stream, or updates it to the backend's options.
-// It is idempotent.
+// Provision creates p's stream, or updates it to the backend's options,
+// except that it never lowers the replicas of a stream that exists (an
+// invalid-argument error says how many it has). It is idempotent.
 func (b *JetStream) Provision(ctx context.Context, p streamwal.PChannel) error {
 	if err := b.checkOpen(p); err != nil {
 		return err
@@ -105,7 +106,15 @@ func (b *JetStream) Provision(ctx context.Context, p streamwal.PChannel) error {
 	if done {
 		return nil
 	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, b.streamConfig(p)); err != nil {
+	cfg := b.streamConfig(p)
+	if s, err := b.js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Replicas > cfg.Replicas {
+		// A node started with the default of 1 on a cluster whose streams
+		// keep 3 would otherwise scale them down to one copy.
+		have := s.CachedInfo().Config.Replicas
+		return streamwal.Errorf(streamwal.CodeInvalidArgument,
+			"stream %s of %s has %d replicas and this backend keeps %d: refusing to scale it down (run with %d replicas)", cfg.Name, p, have, cfg.Replicas, have)
+	}
+	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
 		return classify(fmt.Errorf("provision stream of %s: %w", p, err))
 	}
 	b.mu.Lock()

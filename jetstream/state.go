@@ -170,3 +170,20 @@ func (b *JetStream) countBelow(ctx context.Context, stream string, first, floor 
 	}
 	return below, nil
 }
+
+// Last returns the MessageID of the last message p's stream holds (0 if
+// it holds none or does not exist), from the stream's info alone: no
+// consumer, nothing created.
+func (b *JetStream) Last(ctx context.Context, p streamwal.PChannel) (messages.MessageID, error) {
+	if err := b.checkOpen(p); err != nil {
+		return 0, err
+	}
+	s, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+	if errors.Is(err, njs.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, classify(fmt.Errorf("last message of %s: %w", p, err))
+	}
+	return messages.MessageID(s.CachedInfo().State.LastSeq), nil
+}

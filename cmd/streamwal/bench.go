@@ -123,6 +123,9 @@ func runBench(cmd *cobra.Command, f *benchFlags) error {
 		return err
 	}
 	return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+		if err := pingCoordinator(ctx, c); err != nil {
+			return err
+		}
 		return benchAll(ctx, cmd, f, c)
 	})
 }

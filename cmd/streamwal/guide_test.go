@@ -130,6 +130,10 @@ func TestAMistypedClusterIsToldAtOnce(t *testing.T) {
 		{"append", "--vchannel", v, "x"},
 		{"collection", "create", "--db", "shop", "--name", "more", "--id", "2"},
 		{"collection", "drop", "--db", "shop", "--name", "orders", "--id", "1"},
+		{"collection", "flush", "--id", "1"},
+		{"segments", "--vchannel", v},
+		{"pchannel", "accept-loss", "pchan-0"},
+		{"bench", "--duration", "1ms", "--progress=false"},
 	} {
 		what := strings.Join(args, " ")
 		out, err := c.run(t, "", append(args, "--cluster", "locl", "--timeout", "1h")...)

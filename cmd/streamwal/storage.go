@@ -35,6 +35,9 @@ func newCollectionFlushCmd() *cobra.Command {
 				return fmt.Errorf("a positive --id is required")
 			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
 				return runFlush(ctx, cmd.OutOrStdout(), c, id, f.json)
 			})
 		},
@@ -93,6 +96,9 @@ func newSegmentsCmd() *cobra.Command {
 				return fmt.Errorf("--vchannel: %w", err)
 			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
 				if err := c.CheckPChannel(ctx, v.PChannel()); err != nil {
 					return err
 				}
@@ -191,6 +197,9 @@ func newAcceptLossCmd() *cobra.Command {
 				return fmt.Errorf("pchannel %q: %w", args[0], err)
 			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
+				if err := pingCoordinator(ctx, c); err != nil {
+					return err
+				}
 				return runAcceptLoss(ctx, cmd.OutOrStdout(), c, p, by, f.json)
 			})
 		},

@@ -241,6 +241,9 @@ func Provision(ctx context.Context, js njs.JetStream, c streamwal.Cluster, repli
 			cfg.TTL = time.Hour // registrations of nodes long gone age out
 		}
 		kv, err := provisionBucket(ctx, js, cfg)
+		if streamwal.CodeOf(err) == streamwal.CodeInvalidArgument {
+			return nil, err // a refused scale-down: no retry helps
+		}
 		if err != nil {
 			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "provision bucket %s: %v", cfg.Bucket, err)
 		}
@@ -264,6 +267,9 @@ const (
 // bound keeps two coordinators that collided on one bucket from
 // colliding again on the next.
 func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConfig) (njs.KeyValue, error) {
+	if err := refuseScaleDown(ctx, js, streamwal.KVStreamName(cfg.Bucket), cfg.Replicas); err != nil {
+		return nil, err
+	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, provisionAttempt+rand.N(provisionJitter))
 		kv, err := js.CreateOrUpdateKeyValue(actx, cfg)
@@ -272,6 +278,24 @@ func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConf
 			return kv, err
 		}
 	}
+}
+
+// refuseScaleDown refuses to provision stream with fewer replicas than it
+// has: a component started with the default of 1 on a cluster whose
+// streams keep 3 would otherwise scale them down to one copy.
+func refuseScaleDown(ctx context.Context, js njs.JetStream, stream string, replicas int) error {
+	s, err := js.Stream(ctx, stream)
+	if errors.Is(err, njs.ErrStreamNotFound) {
+		return nil
+	}
+	if err != nil {
+		return nil // CreateOrUpdate reports what is wrong with the servers
+	}
+	if have := s.CachedInfo().Config.Replicas; have > replicas {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument,
+			"%s has %d replicas and this coordinator runs with %d: refusing to scale it down (give --replicas %d)", stream, have, replicas, have)
+	}
+	return nil
 }
 
 // ID is this coordinator's identity.

@@ -19,7 +19,8 @@ import (
 // together do: both finish, and every bucket has 3 replicas. (nats-server
 // 2.15.2 often answers neither of two equal creations of one replicated
 // stream that arrive together, though it creates the stream; without a
-// retry, both coordinators waited out their start timeout.)
+// retry, both coordinators waited out their start timeout.) Provisioning
+// the same buckets at 1 replica afterwards is refused.
 func TestProvisionConcurrentlyOnACluster(t *testing.T) {
 	cl := embedded.StartTestCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -53,5 +54,17 @@ func TestProvisionConcurrentlyOnACluster(t *testing.T) {
 		st, err := kv.Status(ctx)
 		require.NoError(t, err)
 		require.Equal(t, 3, st.(*njs.KeyValueBucketStatus).StreamInfo().Config.Replicas, "bucket %s", b)
+	}
+	// A coordinator started with the default of 1 replica on this cluster
+	// is refused, and scales nothing down.
+	_, err = Provision(ctx, js, "prov", 1, DefaultLeaseTTL)
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "has 3 replicas and this coordinator runs with 1")
+	for _, b := range streamwal.Buckets {
+		kv, err := js.KeyValue(ctx, streamwal.Cluster("prov").BucketName(b))
+		require.NoError(t, err)
+		st, err := kv.Status(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 3, st.(*njs.KeyValueBucketStatus).StreamInfo().Config.Replicas, "bucket %s after a refused scale-down", b)
 	}
 }

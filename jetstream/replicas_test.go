@@ -1,0 +1,96 @@
+package jetstream_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// TestProvisionNeverScalesDown: on a three-server cluster, a backend
+// keeping 1 replica refuses to provision a PChannel whose stream has 3
+// (a node started with the default on a cluster), with an error naming
+// both counts, and the stream keeps its 3; one keeping 3 provisions it.
+func TestProvisionNeverScalesDown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	cl := embedded.StartTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	codec, err := messages.NewCodec("scale", nil)
+	require.NoError(t, err)
+	p, err := streamwal.NewPChannel("pchan", 0)
+	require.NoError(t, err)
+	backend := func(replicas int) *jetstream.JetStream {
+		nc, err := cl.Connect()
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		b, err := jetstream.New(nc, codec, jetstream.Options{Replicas: replicas})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		return b
+	}
+	require.NoError(t, backend(3).Provision(ctx, p))
+	err = backend(1).Provision(ctx, p)
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	require.Contains(t, err.Error(), "has 3 replicas and this backend keeps 1")
+	require.NoError(t, backend(3).Provision(ctx, p))
+	nc, err := cl.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
+	require.NoError(t, err)
+	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
+}
+
+// TestLastNeedsNoConsumer: Last is 0 for a PChannel without a stream
+// (and creates none), then the last MessageID written, and leaves no
+// consumer behind.
+func TestLastNeedsNoConsumer(t *testing.T) {
+	srv := embedded.StartTest(t)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	codec, err := messages.NewCodec("last", nil)
+	require.NoError(t, err)
+	b, err := jetstream.New(nc, codec, jetstream.Options{})
+	require.NoError(t, err)
+	defer func() { _ = b.Close() }()
+	p, err := streamwal.NewPChannel("pchan", 0)
+	require.NoError(t, err)
+	last, err := b.Last(ctx, p)
+	require.NoError(t, err)
+	require.Zero(t, last)
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	_, err = js.Stream(ctx, codec.Cluster().StreamName(p))
+	require.ErrorIs(t, err, njs.ErrStreamNotFound, "Last creates no stream")
+
+	w, err := b.OpenWriter(ctx, p, 1)
+	require.NoError(t, err)
+	defer func() { _ = w.Close() }()
+	v, err := p.VChannel(1, 0)
+	require.NoError(t, err)
+	m, err := codec.New(messages.TypeInsert, v, []byte("x"))
+	require.NoError(t, err)
+	ids, err := w.Append(ctx, m, m.Clone())
+	require.NoError(t, err)
+	last, err = b.Last(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, ids[1], last)
+	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
+	require.NoError(t, err)
+	require.Zero(t, s.CachedInfo().State.Consumers)
+}
