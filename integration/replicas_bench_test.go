@@ -64,14 +64,8 @@ func benchReplicasRun(b *testing.B, window int) {
 	}
 	const rounds = 3
 	per := max(b.N/rounds, 1000)
-	took := make([]time.Duration, len(paths))
 	b.ResetTimer()
-	for r := range rounds {
-		for i := range paths {
-			k := (i + r) % len(paths)
-			took[k] += paths[k](per)
-		}
-	}
+	took := rotateRounds(paths, rounds, per)
 	b.StopTimer()
 	rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
 	rRaw, rRemote := rate(took[0]), rate(took[1])
