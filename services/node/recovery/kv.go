@@ -3,6 +3,8 @@ package recovery
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -100,11 +102,41 @@ func WithReplicas(n int) BucketOption {
 // missing with history 1 and file storage. An existing bucket is opened
 // as it is, never reconfigured: the coordinator provisions the cluster's
 // buckets (with their replica count), and a node must not scale them down.
+//
+// Each attempt is bounded (openAttempt plus a random part of openJitter)
+// and made again, until ctx ends, when it goes unanswered: nats-server
+// 2.15.2 often answers neither of two equal creations of one replicated
+// stream that arrive together (two nodes, or a node and a coordinator,
+// starting at once on a new cluster), though it creates the stream, which
+// the next attempt then finds.
 func OpenBucket(ctx context.Context, js jetstream.JetStream, c streamwal.Cluster, opts ...BucketOption) (jetstream.KeyValue, error) {
 	cfg := jetstream.KeyValueConfig{Bucket: c.BucketName(streamwal.BucketCheckpoints), History: 1, Storage: jetstream.FileStorage}
 	for _, o := range opts {
 		o(&cfg)
 	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, openAttempt+rand.N(openJitter))
+		kv, err := openBucket(actx, js, cfg)
+		cancel()
+		if err == nil {
+			return kv, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+}
+
+// Bounds of one attempt of OpenBucket: openAttempt plus a random part of
+// openJitter, so that two starts that collided on a creation do not
+// collide again.
+const (
+	openAttempt = 2 * time.Second
+	openJitter  = 2 * time.Second
+)
+
+// openBucket opens cfg's bucket, creating it when missing.
+func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		kv, err = js.CreateKeyValue(ctx, cfg)
@@ -112,8 +144,5 @@ func OpenBucket(ctx context.Context, js jetstream.JetStream, c streamwal.Cluster
 			kv, err = js.KeyValue(ctx, cfg.Bucket)
 		}
 	}
-	if err != nil {
-		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open bucket %s: %w", cfg.Bucket, err)
-	}
-	return kv, nil
+	return kv, err
 }

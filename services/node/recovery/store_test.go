@@ -1,15 +1,18 @@
 package recovery
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/embedded"
 )
 
 func TestStoreMemory(t *testing.T) {
@@ -202,4 +205,44 @@ func TestKVErrors(t *testing.T) {
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 	_, _, err = s.Get(ctx, "bad key*")
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+}
+
+// TestOpenBucketConcurrentlyOnACluster opens a new cluster's checkpoints
+// bucket at 3 replicas from two nodes at once, connected to different
+// servers of a three-server cluster, as two nodes started together do:
+// both finish well within their deadline, and the bucket has 3 replicas.
+// (nats-server 2.15.2 often answers neither of two equal creations of one
+// replicated stream that arrive together; without a bound per attempt,
+// both waited out their start timeout.)
+func TestOpenBucketConcurrentlyOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	cl := embedded.StartTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i := range errs {
+		nc, err := cl.Servers()[i+1].Connect()
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		wg.Go(func() { _, errs[i] = OpenBucket(ctx, js, "open", WithReplicas(3)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "node %d", i)
+	}
+	nc, err := cl.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	kv, err := js.KeyValue(ctx, streamwal.Cluster("open").BucketName(streamwal.BucketCheckpoints))
+	require.NoError(t, err)
+	st, err := kv.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.(*jetstream.KeyValueBucketStatus).StreamInfo().Config.Replicas)
 }
