@@ -168,6 +168,9 @@ func (s Spec) client() rules {
 	}
 	pub = append(pub, read(streamwal.ObjectStreamName(c.ObjectStoreName(streamwal.ObjectStoreSegments)))...)
 	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketCheckpoints)))...)
+	// The info of the lease bucket's stream: when no coordinator answers
+	// (a takeover), the client looks whether the cluster exists at all.
+	pub = append(pub, streamwal.JSAPISubject(streamwal.JSStreamInfo, streamwal.KVStreamName(c.BucketName(streamwal.BucketLeader))))
 	return rules{pub: pub, sub: []string{streamwal.InboxWildcard, c.LiveWildcard()}}
 }
 

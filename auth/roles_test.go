@@ -356,6 +356,8 @@ func TestRolesAreRefusedWhatIsNotTheirs(t *testing.T) {
 		func(ctx context.Context) error { return cli.js.DeleteStream(ctx, stream) })
 	st, err := cli.js.Stream(ctx, stream)
 	require.NoError(t, err, "a client may look at a stream")
+	_, err = cli.js.KeyValue(ctx, cl.BucketName(streamwal.BucketLeader))
+	require.NoError(t, err, "a client may look whether its cluster's lease bucket exists (to tell a missing cluster from a takeover)")
 	cli.denied(t, streamwal.JSAPISubject(streamwal.JSStreamPurge, stream), func(ctx context.Context) error { return st.Purge(ctx) })
 	other := cl.StreamName(mustPChannel(t, testPChannels))
 	cli.denied(t, streamwal.JSAPISubject(streamwal.JSStreamCreate, other), func(ctx context.Context) error {
