@@ -267,17 +267,23 @@ const (
 // bound keeps two coordinators that collided on one bucket from
 // colliding again on the next.
 func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConfig) (njs.KeyValue, error) {
-	if err := refuseScaleDown(ctx, js, streamwal.KVStreamName(cfg.Bucket), cfg.Replicas); err != nil {
-		return nil, err
-	}
 	for {
 		actx, cancel := context.WithTimeout(ctx, provisionAttempt+rand.N(provisionJitter))
-		kv, err := js.CreateOrUpdateKeyValue(actx, cfg)
+		kv, err := provisionOnce(actx, js, cfg)
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return kv, err
 		}
 	}
+}
+
+// provisionOnce makes one attempt of provisionBucket: every request of it
+// bounded by ctx.
+func provisionOnce(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConfig) (njs.KeyValue, error) {
+	if err := refuseScaleDown(ctx, js, streamwal.KVStreamName(cfg.Bucket), cfg.Replicas); err != nil {
+		return nil, err
+	}
+	return js.CreateOrUpdateKeyValue(ctx, cfg)
 }
 
 // refuseScaleDown refuses to provision stream with fewer replicas than it
@@ -289,7 +295,7 @@ func refuseScaleDown(ctx context.Context, js njs.JetStream, stream string, repli
 		return nil
 	}
 	if err != nil {
-		return nil // CreateOrUpdate reports what is wrong with the servers
+		return nil // CreateOrUpdate reports what is wrong with the servers (or times out in turn)
 	}
 	if have := s.CachedInfo().Config.Replicas; have > replicas {
 		return streamwal.Errorf(streamwal.CodeInvalidArgument,
