@@ -154,6 +154,29 @@ func keyOf(kp nkeys.KeyPair) (string, []byte, error) {
 	return pub, append(append([]byte(nil), seed...), '\n'), err
 }
 
+// NewSeedFile writes the seed of a new nkey user to path (mode SeedMode),
+// whole or not at all (a synced temporary file beside it, renamed), and
+// returns the seed. It replaces a file at path.
+func NewSeedFile(path string) ([]byte, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	_, seed, err := keyOf(kp)
+	if err != nil {
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	tmp, err := writeTemp(filepath.Dir(path), seed, SeedMode)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	return seed, nil
+}
+
 // writeTemp writes data to a new temporary file in dir with mode and
 // syncs it.
 func writeTemp(dir string, data []byte, mode fs.FileMode) (string, error) {

@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -182,4 +183,33 @@ func TestUsersChecksTheDirectoryFitsTheCluster(t *testing.T) {
 	require.NoError(t, os.WriteFile(d.Conf(), []byte("authorization { users = [ { nkey: "), 0o600))
 	_, err = auth.LoadUsers(d.Conf())
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+}
+
+// TestNewSeedFile: NewSeedFile writes a user seed the nkeys parser takes,
+// with mode SeedMode, returns what it wrote, replaces a file at the path,
+// and leaves no temporary file behind.
+func TestNewSeedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sys.nk")
+	first, err := auth.NewSeedFile(path)
+	require.NoError(t, err)
+	got, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, first, got)
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(got))
+	require.NoError(t, err)
+	pub, err := kp.PublicKey()
+	require.NoError(t, err)
+	require.True(t, nkeys.IsValidPublicUserKey(pub))
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	require.Equal(t, auth.SeedMode, info.Mode().Perm())
+	second, err := auth.NewSeedFile(path)
+	require.NoError(t, err)
+	require.NotEqual(t, first, second)
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file is left")
+	_, err = auth.NewSeedFile(filepath.Join(dir, "missing", "x.nk"))
+	require.Error(t, err)
 }

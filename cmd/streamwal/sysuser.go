@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/streamwal/streamwal/auth"
 )
 
 // sysSeedFile is the file of a data directory that keeps the seed of the
@@ -15,8 +17,8 @@ import (
 // commands (nats-server's own $SYS requests) connect as.
 const sysSeedFile = "sys.nk"
 
-// sysSeedMode is the mode of the system user's seed: a secret.
-const sysSeedMode fs.FileMode = 0o600
+// sysSeedMode is the mode of the system user's seed: a secret's.
+const sysSeedMode = auth.SeedMode
 
 // systemUser is the embedded server's system-account user: its public key
 // and the absolute path of its seed file.
@@ -35,7 +37,7 @@ func loadSystemUser(dataDir string) (systemUser, error) {
 	}
 	raw, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		raw, err = writeSystemSeed(path)
+		raw, err = auth.NewSeedFile(path)
 	}
 	if err != nil {
 		return systemUser{}, fmt.Errorf("system user's seed %s: %w", path, err)
@@ -60,43 +62,6 @@ func userKey(seed []byte) (string, error) {
 		return "", errors.New("holds no nkey user seed")
 	}
 	return pub, nil
-}
-
-// writeSystemSeed writes a new user seed to path, whole or not at all (a
-// temporary file, synced, renamed), and returns it.
-func writeSystemSeed(path string) ([]byte, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return nil, err
-	}
-	defer kp.Wipe()
-	s, err := kp.Seed()
-	if err != nil {
-		return nil, err
-	}
-	seed := append(append([]byte(nil), s...), '\n')
-	f, err := os.CreateTemp(filepath.Dir(path), ".sys-*.nk")
-	if err != nil {
-		return nil, err
-	}
-	err = f.Chmod(sysSeedMode)
-	if err == nil {
-		_, err = f.Write(seed)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return nil, err
-	}
-	return seed, nil
 }
 
 // reportCommand is the nats CLI command that runs a JetStream report of
