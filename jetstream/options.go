@@ -8,6 +8,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Defaults of Options.
@@ -74,6 +75,10 @@ type Options struct {
 	PChannels []streamwal.PChannel
 	// Logger receives the backend's logs (default: none).
 	Logger zerolog.Logger
+	// Hooks receive the writers' events (telemetry.UnitHook,
+	// telemetry.WriterRecoveryHook); the counters of Writer.Stats are kept
+	// either way.
+	Hooks telemetry.Hooks
 }
 
 // withDefaults fills unset fields.

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // batch is one atomic batch the sequencer sent and has not resolved.
@@ -307,6 +308,7 @@ func (s *sequencer) sendBatch(b *batch) bool {
 	if b.atomic() {
 		s.w.stats.batches.Add(1)
 	}
+	s.w.b.opts.Hooks.OnUnit(telemetry.UnitEvent{PChannel: s.w.p, Messages: b.n, Batch: b.atomic()})
 	if b.failed != nil {
 		s.recover(b.failed)
 		return false
@@ -609,6 +611,7 @@ func (s *sequencer) onReconnect() {
 func (s *sequencer) recover(cause error) {
 	s.w.log.Debug().Err(cause).Int("inflight", len(s.inflight)).Msg("resolving the tail")
 	s.w.stats.recoveries.Add(1)
+	s.w.b.opts.Hooks.OnWriterRecovery(telemetry.WriterRecoveryEvent{PChannel: s.w.p, Term: s.w.term})
 	s.drain()
 	delay := 10 * time.Millisecond
 	for s.fatal == nil && len(s.inflight) > 0 {
