@@ -49,6 +49,7 @@ import (
 	"github.com/streamwal/streamwal/services/node/shard"
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Defaults.
@@ -80,6 +81,10 @@ type Config struct {
 	// Recovery configures recovery storage, shard management and
 	// truncation (DESIGN.md §10); on unless Recovery.Off.
 	Recovery RecoveryOptions
+	// Hooks receive the node's events (appends, opens, closes, fencing,
+	// heartbeats, recovery storage) and those of its WAL writers (see
+	// package telemetry); none by default.
+	Hooks telemetry.Hooks
 }
 
 // DefaultRetain is how much of the log, by age, a node keeps in its
@@ -182,7 +187,8 @@ type Node struct {
 	subs     []*nats.Subscription
 	closing  bool
 
-	beat chan struct{} // asks for a heartbeat now (the served set changed)
+	beat  chan struct{} // asks for a heartbeat now (the served set changed)
+	ready readiness     // what the node was asked to serve, for Ready
 
 	requests chan struct{} // semaphore of append requests
 	inflight sync.WaitGroup
@@ -207,6 +213,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if !cfg.Recovery.Off {
 		cfg.Backend.Archive = true
 	}
+	if len(cfg.Hooks) > 0 {
+		cfg.Backend.Hooks = append(slices.Clip(cfg.Backend.Hooks), cfg.Hooks)
+	}
 	be, err := jetstream.New(cfg.Conn, cfg.Codec, cfg.Backend)
 	if err != nil {
 		return nil, err
@@ -230,6 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.unsubscribe()
 		return nil, err
 	}
+	n.noteBeat(nil)
 	n.loops.Add(1)
 	go n.heartbeats()
 	return n, nil
@@ -380,10 +390,12 @@ func (n *Node) heartbeats() {
 		case <-n.beat:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), n.cfg.Heartbeat*4)
-		if err := n.heartbeat(ctx); err != nil {
+		err := n.heartbeat(ctx)
+		if err != nil {
 			n.log.Warn().Err(err).Msg("heartbeat")
 		}
 		cancel()
+		n.noteBeat(err)
 	}
 }
 
@@ -413,6 +425,7 @@ func (n *Node) shutdown(graceful bool) {
 		for _, ch := range chans {
 			withdrawLocal(n.cfg.Codec.Cluster(), ch.wal)
 			_ = ch.sub.Unsubscribe()
+			n.noteClose(ch.wal.PChannel(), ch.wal.Term(), telemetry.ReasonShutdown)
 		}
 		if graceful {
 			n.waitRequests()

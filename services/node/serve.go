@@ -15,6 +15,7 @@ import (
 	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // jsonEncode encodes a KV record.
@@ -55,8 +56,11 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
+	n.ready.want(p, req.Term)
+	start := time.Now()
 	reply, err := n.open(ctx, p, req.Term)
 	if err != nil {
+		n.noteOpen(p, req.Term, nil, start, err)
 		n.log.Warn().Err(err).Str("pchannel", p.String()).Uint64("term", req.Term).Msg("open failed")
 	}
 	return reply, err
@@ -77,7 +81,9 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 		if cur.Term() > term {
 			return nil, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), term)
 		}
-		n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10))
+		if n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10)) {
+			n.noteClose(p, cur.Term(), telemetry.ReasonSuperseded)
+		}
 	}
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
 		Oracle: n.oracle.For(p, term), SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage()})
@@ -92,6 +98,7 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 	n.log.Info().Str("pchannel", p.String()).Uint64("term", term).Uint64("from", uint64(r.From)).Uint64("checkpoint", uint64(r.Checkpoint)).
 		Int("replayed", r.Replayed).Int("skipped", r.Skipped).Int("open_txns", r.Txns).
 		Uint64("barrier", uint64(r.Barrier)).Dur("took", r.Took).Msg("serving")
+	n.noteOpen(p, term, w, time.Time{}, nil)
 	return n.confirm(w), nil
 }
 
@@ -135,11 +142,13 @@ func (n *Node) watch(p streamwal.PChannel, w *wal.WAL) {
 	if errors.Is(w.Err(), streamwal.ErrClosed) {
 		return
 	}
-	why := "failed"
+	why, reason := "failed", telemetry.ReasonFailed
 	if errors.Is(w.Err(), streamwal.ErrFenced) {
-		why = "fenced by a newer owner"
+		why, reason = "fenced by a newer owner", telemetry.ReasonFenced
+		n.noteFence(p, w.Term())
 	}
 	if n.drop(p, w, why) {
+		n.noteClose(p, w.Term(), reason)
 		n.log.Warn().Err(w.Err()).Str("pchannel", p.String()).Uint64("term", w.Term()).Msg("stopped serving: " + why)
 	}
 }
@@ -177,8 +186,10 @@ func (n *Node) handleClose(_ context.Context, data []byte) (any, error) {
 	l := n.opLock(p)
 	l.Lock()
 	defer l.Unlock()
+	n.ready.unwant(p, req.Term)
 	if cur, ok := n.WAL(p); ok && (req.Term == 0 || cur.Term() <= req.Term) {
 		if n.drop(p, cur, "closed by the coordinator") {
+			n.noteClose(p, cur.Term(), telemetry.ReasonClosed)
 			n.log.Info().Str("pchannel", p.String()).Uint64("term", cur.Term()).Msg("closed")
 		}
 	}
@@ -229,13 +240,17 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	if len(req.Messages) == 0 {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "append request without messages")
 	}
+	start := time.Now()
+	n.cfg.Hooks.OnAppendStart(telemetry.AppendStartEvent{PChannel: w.PChannel(), Messages: len(req.Messages)})
 	reply := wire.AppendReply{Results: make([]wire.AppendResult, len(req.Messages))}
 	msgs := make([]*messages.MutableMessage, 0, len(req.Messages))
 	index := make([]int, 0, len(req.Messages))
+	var fails []failedMessage
 	for i, wm := range req.Messages {
 		m, err := n.cfg.Codec.DecodeMutable(&nats.Msg{Subject: wm.Subject, Header: wm.Header, Data: wm.Data})
 		if err != nil {
 			reply.Results[i].Error = wire.ErrorOf(err)
+			fails = append(fails, failedMessage{index: i, err: err})
 			continue
 		}
 		msgs = append(msgs, m)
@@ -246,7 +261,11 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	out, errs := w.AppendMany(ctx, msgs)
 	for j, i := range index {
 		reply.Results[i] = wire.ResultOf(out[j], errs[j])
+		if errs[j] != nil {
+			fails = append(fails, failedMessage{index: i, err: errs[j]})
+		}
 	}
+	n.appendOutcome(w.PChannel(), len(req.Messages), msgs, index, fails, start)
 	return reply, nil
 }
 
