@@ -321,10 +321,9 @@ func (w *WAL) confirm(op *appendOp) {
 // outcome.
 func (w *WAL) resolve(op *appendOp) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if op.fut != nil && !op.acked {
+	queued := op.fut != nil && !op.acked
+	if queued {
 		w.confirm(op)
-		w.inflight.Done()
 	}
 	w.releaseIDs(op)
 	if op.outcome == landed {
@@ -333,31 +332,48 @@ func (w *WAL) resolve(op *appendOp) {
 	for i := op.admitted - 1; i >= 0; i-- {
 		w.chain[i].finish(w, op, i)
 	}
+	w.mu.Unlock()
+	if op.outcome == landed {
+		w.feedLedger(op)
+	}
+	if queued {
+		w.inflight.Done() // after the ledger has it: the final round covers it
+	}
 }
 
-// noteLanded advances what the WAL knows of the stream's tail, and hands
-// what landed to the ledger.
+// noteLanded advances what the WAL knows of the stream's tail (under
+// w.mu).
 func (w *WAL) noteLanded(op *appendOp) {
 	last := op.ids[len(op.ids)-1]
 	w.maxAcked = max(w.maxAcked, last)
 	w.syncer.Landed(last, op.internal)
+}
+
+// feedLedger hands what a landed op stored to the ledger (outside w.mu).
+func (w *WAL) feedLedger(op *appendOp) {
 	if w.led == nil {
 		return
 	}
-	for i, m := range op.pre {
-		w.led.landed(m.Freeze(op.preIDs[i]))
-	}
 	w.freeze(op)
+	stored := make([]*messages.ImmutableMessage, 0, len(op.pre)+len(op.msgs))
+	for i, m := range op.pre {
+		stored = append(stored, m.Freeze(op.preIDs[i]))
+	}
 	for i := range op.msgs {
 		if op.ids[i] > op.tail { // else deduplicated to a message stored before
-			w.led.landed(w.asStored(op, i))
+			stored = append(stored, w.asStored(op, i))
 		}
+	}
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	for _, m := range stored {
+		w.led.landed(m)
 	}
 	w.kickStorage()
 }
 
 // freeze makes the messages of a landed op immutable, once, for the
-// ledger and the caller.
+// ledger and the caller (by the goroutine that resolves op).
 func (w *WAL) freeze(op *appendOp) {
 	if w.led == nil || op.outcome != landed || op.frozen != nil {
 		return

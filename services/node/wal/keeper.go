@@ -20,7 +20,7 @@ import (
 // truncates the stream, which may take long (a segment of 100 MiB is read
 // back and written whole) and so never holds a checkpoint back. Each
 // field belongs to one loop (and to Close once both stopped), except
-// persisted, which is guarded by the WAL's mutex.
+// persisted, which is guarded by the ledger's mutex (WAL.lmu).
 type keeper struct {
 	cfg       *Storage
 	pers      *recovery.Persister
@@ -33,7 +33,7 @@ type keeper struct {
 }
 
 // kickStorage asks for a round now if enough is dirty, and for a tiering
-// round if a segment waits to be stored (under w.mu).
+// round if a segment waits to be stored (under w.lmu).
 func (w *WAL) kickStorage() {
 	if len(w.led.uploads) > 0 {
 		wake(w.st.tier)
@@ -98,9 +98,9 @@ func (w *WAL) tieringRound(ctx context.Context) {
 // fillGap reads from the stream the message the ledger has waited for
 // longer than patience.
 func (w *WAL) fillGap(ctx context.Context, patience time.Duration) {
-	w.mu.Lock()
+	w.lmu.Lock()
 	id, ok := w.led.gap(time.Now(), patience)
-	w.mu.Unlock()
+	w.lmu.Unlock()
 	if !ok {
 		return
 	}
@@ -110,18 +110,18 @@ func (w *WAL) fillGap(ctx context.Context, patience time.Duration) {
 		if s, err := w.st.cfg.Tiers.State(ctx, w.cfg.PChannel); err == nil && s.First > id {
 			next = s.First
 		}
-		w.mu.Lock()
+		w.lmu.Lock()
 		w.led.skipTo(next)
-		w.mu.Unlock()
+		w.lmu.Unlock()
 		return
 	}
 	if err != nil {
 		w.log.Debug().Err(err).Uint64("id", uint64(id)).Msg("ledger: read of a missing message failed")
 		return
 	}
-	w.mu.Lock()
+	w.lmu.Lock()
 	w.led.landed(m)
-	w.mu.Unlock()
+	w.lmu.Unlock()
 }
 
 // persist writes a round if one is due (or, when final, if anything is
@@ -129,15 +129,18 @@ func (w *WAL) fillGap(ctx context.Context, patience time.Duration) {
 func (w *WAL) persist(ctx context.Context, final bool) error {
 	now := time.Now()
 	w.mu.Lock()
+	reached := w.maxAcked
+	w.mu.Unlock()
+	w.lmu.Lock()
 	due := w.led.dirty > 0 && (final || now.Sub(w.st.lastRound) >= minRoundGap && w.st.cfg.Cadence.Due(now, w.st.lastRound, w.led.dirty))
 	if !due {
-		w.mu.Unlock()
+		w.lmu.Unlock()
 		return nil
 	}
-	snap, err := w.led.snapshot(w.maxAcked)
+	snap, err := w.led.snapshot(reached)
 	dirty := w.led.dirty
 	w.led.dirty = 0
-	w.mu.Unlock()
+	w.lmu.Unlock()
 	if err == nil {
 		err = w.digest(ctx, &snap.Checkpoint)
 	}
@@ -151,16 +154,14 @@ func (w *WAL) persist(ctx context.Context, final bool) error {
 		w.mu.Unlock()
 		return err
 	}
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
 	if err != nil {
-		w.mu.Lock()
 		w.led.dirty += dirty
-		w.mu.Unlock()
 		return err
 	}
 	w.st.lastRound = now
-	w.mu.Lock()
 	w.st.persisted = snap.Checkpoint
-	w.mu.Unlock()
 	return nil
 }
 
@@ -182,14 +183,14 @@ func (w *WAL) digest(ctx context.Context, cp *recovery.Checkpoint) error {
 // storeSegments writes the segments whose Flush was consumed to the
 // object store, then marks them flushed.
 func (w *WAL) storeSegments(ctx context.Context) {
-	w.mu.Lock()
+	w.lmu.Lock()
 	ids := w.led.uploads
 	w.led.uploads = nil
 	var segs []shard.Segment
 	if len(ids) > 0 {
 		segs = w.led.segs.Segments()
 	}
-	w.mu.Unlock()
+	w.lmu.Unlock()
 	byID := make(map[int64]shard.Segment, len(segs))
 	for _, s := range segs {
 		byID[s.ID] = s
@@ -201,17 +202,17 @@ func (w *WAL) storeSegments(ctx context.Context) {
 		}
 		if err := w.storeSegment(ctx, s); err != nil {
 			w.log.Warn().Err(err).Int64("segment", id).Msg("segment not stored; will retry")
-			w.mu.Lock()
+			w.lmu.Lock()
 			w.led.uploads = append(w.led.uploads, ids[i:]...)
-			w.mu.Unlock()
+			w.lmu.Unlock()
 			return
 		}
-		w.mu.Lock()
+		w.lmu.Lock()
 		if err := w.led.segs.MarkFlushed(id); err != nil {
 			w.log.Warn().Err(err).Int64("segment", id).Msg("segment stored but not marked flushed")
 		}
 		w.led.dirty++
-		w.mu.Unlock()
+		w.lmu.Unlock()
 		w.log.Info().Int64("segment", id).Str("vchannel", s.VChannel.String()).Uint64("rows", s.Rows).Uint64("bytes", s.Bytes).
 			Str("reason", string(s.Reason)).Msg("segment flushed")
 	}
@@ -273,7 +274,7 @@ func (w *WAL) truncate(ctx context.Context) error {
 		return nil
 	}
 	w.st.lastTrunc = now
-	w.mu.Lock()
+	w.lmu.Lock()
 	bound := w.st.persisted.MessageID
 	for _, s := range w.led.segs.Segments() {
 		if s.State != shard.Flushed && s.First > 0 {
@@ -281,7 +282,7 @@ func (w *WAL) truncate(ctx context.Context) error {
 		}
 	}
 	done := w.led.cp.Truncated
-	w.mu.Unlock()
+	w.lmu.Unlock()
 	if cfg.Holds != nil {
 		if h := cfg.Holds(); h > 0 {
 			bound = min(bound, h)
@@ -299,10 +300,10 @@ func (w *WAL) truncate(ctx context.Context) error {
 	if err := w.cfg.Backend.Truncate(ctx, w.cfg.PChannel, bound); err != nil {
 		return err
 	}
-	w.mu.Lock()
+	w.lmu.Lock()
 	w.led.cp.Truncated = bound
 	w.led.dirty++
-	w.mu.Unlock()
+	w.lmu.Unlock()
 	w.log.Info().Uint64("below", uint64(bound)).Msg("stream truncated")
 	return nil
 }
@@ -353,8 +354,8 @@ type StorageState struct {
 
 // StorageState reports the WAL's recovery storage; false without one.
 func (w *WAL) StorageState() (StorageState, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
 	if w.led == nil {
 		return StorageState{}, false
 	}

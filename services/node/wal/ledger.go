@@ -20,7 +20,7 @@ import (
 // Appends resolve out of order; the ledger holds the early ones until the
 // gap below them fills, and the storage loop reads a message it waits for
 // too long (one whose append had an unknown outcome) from the stream. It
-// is driven under the WAL's mutex.
+// is driven under its own mutex (WAL.lmu), outside the WAL's.
 type ledger struct {
 	next    messages.MessageID // the next MessageID to consume
 	pending map[messages.MessageID]*messages.ImmutableMessage

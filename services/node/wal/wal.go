@@ -43,9 +43,9 @@ type WAL struct {
 	stopped  error // set once the WAL takes no more appends
 	recovery Recovery
 	// Recovery storage and shard management (nil when Config.Storage is):
-	// the ledger of what landed, the live shard manager, the transactions
-	// holding rows of its segments, and the keeper of the storage loop.
-	led  *ledger
+	// the live shard manager, the transactions holding rows of its
+	// segments, and the keeper of the storage loop. The ledger of what
+	// landed has a mutex of its own (below).
 	segs *shard.Manager
 	held map[messages.TxnID]struct{}
 	st   *keeper
@@ -53,6 +53,15 @@ type WAL struct {
 	// in (only while the WAL opens).
 	replayHolds map[messages.TxnID]map[int64]struct{}
 
+	// lmu guards the ledger (and keeper.persisted): appends feed it once
+	// they resolved, outside mu, so that consuming what landed never
+	// holds up the ordering of the appends that follow. When both are
+	// held, mu is taken first.
+	lmu sync.Mutex
+	led *ledger
+
+	// inflight counts the appends queued to the writer whose outcome has
+	// not reached the ledger yet: the final round waits for it.
 	inflight sync.WaitGroup
 	// alive ends when Close starts, cutting short an oracle call.
 	alive     context.Context
