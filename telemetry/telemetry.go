@@ -238,21 +238,18 @@ type BroadcastHook interface {
 	OnBroadcast(BroadcastEvent)
 }
 
-// BroadcastStuckEvent is a broadcast that has not reached every target
-// for longer than its coordinator's patience. It is reported again, with a
-// growing Age, while it lasts.
+// BroadcastStuckEvent counts the broadcasts that are stuck: a target
+// refused them for good, and they keep their resource keys until an
+// operator acts. The active coordinator reports it at each of its health
+// checks (a few times a second), zero included, while it is active.
 type BroadcastStuckEvent struct {
-	// ID is the broadcast's ID.
-	ID uint64
-	// Age is how long it has been pending.
-	Age time.Duration
-	// Pending counts the targets not yet appended to.
-	Pending int
+	// Stuck is how many broadcasts are stuck now.
+	Stuck int
 }
 
-// BroadcastStuckHook is called while a broadcast is stuck.
+// BroadcastStuckHook is called with the number of stuck broadcasts.
 type BroadcastStuckHook interface {
-	// OnBroadcastStuck is called at each check that finds it stuck.
+	// OnBroadcastStuck is called on the coordinator's control goroutine.
 	OnBroadcastStuck(BroadcastStuckEvent)
 }
 

@@ -46,9 +46,9 @@ func (t *term) newBroadcastID(ctx context.Context) (uint64, error) {
 	return uint64(reply.(wire.TSOReply).First), nil
 }
 
-// handleBroadcast runs a broadcast; its targets follow the type's
+// runBroadcast runs a broadcast; its targets follow the type's
 // dispatch, with the CChannel and the PChannels filled in here.
-func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
+func (t *term) runBroadcast(ctx context.Context, data []byte) (any, error) {
 	var req wire.BroadcastRequest
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err

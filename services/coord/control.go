@@ -79,6 +79,8 @@ type control struct {
 	rebalance bool
 	warned    map[string]time.Time // last warning of an unserved PChannel
 	retry     map[string]retry     // PChannels whose last open failed
+	// stuckWarned is when stuck broadcasts were last warned of.
+	stuckWarned time.Time
 }
 
 // retry is when a PChannel whose opens failed is tried again: after a
@@ -267,6 +269,7 @@ func (ctl *control) run() {
 			ctl.onNode(ev)
 		case <-health.C:
 			ctl.checkHealth()
+			ctl.noteStuck()
 		case <-bal.C:
 			ctl.rebalance = true
 		case r := <-ctl.results:
@@ -447,6 +450,7 @@ func (ctl *control) setState(a *wire.Assignment, node string, s wire.State) {
 func (ctl *control) put(a *wire.Assignment) {
 	p, _ := streamwal.ParsePChannel(a.PChannel)
 	ctl.save(ctl.assign.put(ctl.t.ctx, streamwal.AssignmentKey(p), a))
+	ctl.noteAssign(a)
 }
 
 // save handles the outcome of a persisted change, publishing the view.

@@ -89,6 +89,7 @@ import (
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/balance"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Defaults.
@@ -150,6 +151,9 @@ type Config struct {
 	// such a lease over at once instead of waiting for it to lapse. A
 	// lease held under another ID is always waited out.
 	ReclaimLease bool
+	// Hooks receive the coordinator's events (assignment changes, TimeTick
+	// allocations, broadcasts; see package telemetry); none by default.
+	Hooks telemetry.Hooks
 }
 
 // withDefaults validates c and fills in defaults.
@@ -199,6 +203,7 @@ type Coordinator struct {
 	buckets map[streamwal.Bucket]njs.KeyValue
 
 	leaseUntil atomic.Int64 // unix nanos until which the lease surely holds
+	answered   atomic.Int64 // unix nanos of the last lease round answered (Ready)
 
 	mu       sync.Mutex
 	active   *term // nil while standby
@@ -375,6 +380,7 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 			return 0
 		}
 		next, err := kv.Update(ctx, streamwal.KeyLeader, []byte(c.cfg.ID), rev)
+		c.noteAnswered(err)
 		if err == nil {
 			c.extendLease(start)
 			return next
@@ -384,6 +390,7 @@ func (c *Coordinator) leaseRound(rev uint64) uint64 {
 		return 0
 	}
 	created, err := kv.Create(ctx, streamwal.KeyLeader, []byte(c.cfg.ID))
+	c.noteAnswered(err)
 	if err != nil && c.cfg.ReclaimLease {
 		created, err = c.reclaim(ctx, kv)
 	}

@@ -153,13 +153,13 @@ func (t *term) serve(h wire.Handler, async bool) nats.MsgHandler {
 	}
 }
 
-// handleTSO hands out TimeTicks, persisting the bound ahead of them. A
+// allocateTSO hands out TimeTicks, persisting the bound ahead of them. A
 // request scoped to a PChannel under a term it is no longer assigned under
 // is refused (streamwal.CodeFenced), checked under the lock that orders
 // the reservations: the new owner draws its barrier's TimeTick only after
 // its term was recorded, so every TimeTick its predecessor got (a batch
 // included) is below the barrier's.
-func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
+func (t *term) allocateTSO(ctx context.Context, data []byte) (any, error) {
 	var req wire.TSORequest
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err
