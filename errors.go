@@ -76,11 +76,39 @@ var retriable = map[Code]bool{
 // when repeated, possibly against another owner.
 func (c Code) Retriable() bool { return retriable[c] }
 
+// Reason refines a Code with the stable identity of one kind of refusal
+// (for example COLLECTION_EXISTS under LIFECYCLE_VIOLATION). Like codes,
+// reasons travel across the request-reply hop unchanged, so a caller
+// matches a refusal with errors.Is and a sentinel such as
+// [ErrCollectionExists], never by its text.
+type Reason string
+
+// The reasons of lifecycle refusals (CodeLifecycle) and of durable
+// subscriptions.
+const (
+	ReasonCollectionNotFound Reason = "COLLECTION_NOT_FOUND"
+	ReasonCollectionExists   Reason = "COLLECTION_EXISTS"
+	ReasonCollectionDropped  Reason = "COLLECTION_DROPPED"
+	ReasonPartitionNotFound  Reason = "PARTITION_NOT_FOUND"
+	ReasonPartitionExists    Reason = "PARTITION_EXISTS"
+	ReasonPartitionDropped   Reason = "PARTITION_DROPPED"
+	// ReasonPositionLost: a durable position is older than what the log
+	// still holds (CodeUnrecoverable).
+	ReasonPositionLost Reason = "POSITION_LOST"
+	// ReasonSubscriptionNotFound: no durable subscription of that name
+	// (CodeInvalidArgument).
+	ReasonSubscriptionNotFound Reason = "SUBSCRIPTION_NOT_FOUND"
+)
+
 // Error is the typed error of streamwal. errors.Is matches two Errors by code,
 // so a sentinel such as [ErrFenced] matches every fenced error whatever its
-// message; the wrapped cause stays reachable through errors.Unwrap.
+// message; a sentinel with a Reason (such as [ErrCollectionExists]) matches
+// only errors of its code and reason. The wrapped cause stays reachable
+// through errors.Unwrap.
 type Error struct {
-	Code    Code
+	Code Code
+	// Reason, if set, says which refusal of its code this is.
+	Reason  Reason
 	Message string
 	cause   error
 }
@@ -100,7 +128,17 @@ func Errorf(code Code, format string, args ...any) *Error {
 			msg = strings.Replace(msg, inner.Error(), inner.Message, 1)
 		}
 	}
-	return &Error{Code: code, Message: msg, cause: cause}
+	return &Error{Code: code, Reason: inheritedReason(code, cause), Message: msg, cause: cause}
+}
+
+// inheritedReason is the reason of the first *Error of code in cause's
+// chain: wrapping a refusal in more context keeps its reason.
+func inheritedReason(code Code, cause error) Reason {
+	var inner *Error
+	if cause == nil || !errors.As(cause, &inner) || inner.Code != code {
+		return ""
+	}
+	return inner.Reason
 }
 
 // Error renders "CODE: message".
@@ -111,13 +149,14 @@ func (e *Error) Error() string {
 	return string(e.Code) + ": " + e.Message
 }
 
-// Is matches any *Error of the same code.
+// Is matches any *Error of the same code whose Reason is the target's,
+// or any reason when the target has none.
 func (e *Error) Is(target error) bool {
 	var t *Error
 	if !errors.As(target, &t) || t == nil {
 		return false
 	}
-	return t.Code == e.Code
+	return t.Code == e.Code && (t.Reason == "" || t.Reason == e.Reason)
 }
 
 // Unwrap returns the cause, if any.
@@ -137,6 +176,16 @@ func CodeOf(err error) Code {
 		return e.Code
 	}
 	return CodeInternal
+}
+
+// ReasonOf returns the reason of the first *Error in err's chain ("" when
+// it has none).
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
 }
 
 // IsRetriable reports whether err carries a retriable code.
@@ -177,6 +226,29 @@ var (
 	ErrUnrecoverable   = &Error{Code: CodeUnrecoverable}
 	ErrInternal        = &Error{Code: CodeInternal}
 	ErrHistoryLost     = &Error{Code: CodeHistoryLost}
+)
+
+// Sentinels of refusals with a reason; each also matches the sentinel of
+// its code (ErrLifecycle, ...).
+var (
+	// ErrCollectionNotFound: the VChannel's collection was never created.
+	ErrCollectionNotFound = &Error{Code: CodeLifecycle, Reason: ReasonCollectionNotFound, Message: "collection not found"}
+	// ErrCollectionExists: CreateCollection of a collection that exists.
+	ErrCollectionExists = &Error{Code: CodeLifecycle, Reason: ReasonCollectionExists, Message: "collection already exists"}
+	// ErrCollectionDropped: the VChannel's collection was dropped.
+	ErrCollectionDropped = &Error{Code: CodeLifecycle, Reason: ReasonCollectionDropped, Message: "collection dropped"}
+	// ErrPartitionNotFound: the partition was never created.
+	ErrPartitionNotFound = &Error{Code: CodeLifecycle, Reason: ReasonPartitionNotFound, Message: "partition not found"}
+	// ErrPartitionExists: CreatePartition of a live partition.
+	ErrPartitionExists = &Error{Code: CodeLifecycle, Reason: ReasonPartitionExists, Message: "partition already exists"}
+	// ErrPartitionDropped: the partition was dropped; its ID is never
+	// reused.
+	ErrPartitionDropped = &Error{Code: CodeLifecycle, Reason: ReasonPartitionDropped, Message: "partition dropped"}
+	// ErrPositionLost: a durable subscription's position is below what
+	// the log still holds, so resuming from it would skip messages.
+	ErrPositionLost = &Error{Code: CodeUnrecoverable, Reason: ReasonPositionLost, Message: "position no longer in the log"}
+	// ErrSubscriptionNotFound: no durable subscription of that name.
+	ErrSubscriptionNotFound = &Error{Code: CodeInvalidArgument, Reason: ReasonSubscriptionNotFound, Message: "subscription not found"}
 )
 
 // ErrInvalidName is the cause of every invalid-name error; such errors also

@@ -226,3 +226,31 @@ func TestInvalidNameErrors(t *testing.T) {
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 	require.NotErrorIs(t, err, streamwal.ErrInvalidName)
 }
+
+// TestReasonsMatchWithTheirCode: a sentinel with a reason matches an error
+// that wraps it in more context (Errorf keeps the reason of a cause of
+// its code), and only that reason; the code's sentinel still matches.
+func TestReasonsMatchWithTheirCode(t *testing.T) {
+	err := streamwal.Errorf(streamwal.CodeLifecycle, "CreateCollection of collection 7 on v: %w", streamwal.ErrCollectionExists)
+	require.ErrorIs(t, err, streamwal.ErrCollectionExists)
+	require.ErrorIs(t, err, streamwal.ErrLifecycle)
+	require.NotErrorIs(t, err, streamwal.ErrCollectionDropped)
+	require.Equal(t, streamwal.ReasonCollectionExists, err.Reason)
+	require.Equal(t, streamwal.ReasonCollectionExists, streamwal.ReasonOf(fmt.Errorf("outer: %w", err)))
+	require.Equal(t, "LIFECYCLE_VIOLATION: CreateCollection of collection 7 on v: collection already exists", err.Error())
+
+	// Rebuilt from its code and reason alone (as after the hop), with no
+	// cause: it still matches by reason.
+	hop := &streamwal.Error{Code: err.Code, Reason: err.Reason, Message: err.Message}
+	require.ErrorIs(t, hop, streamwal.ErrCollectionExists)
+	require.NotErrorIs(t, hop, streamwal.ErrPartitionExists)
+
+	// A cause of another code lends no reason.
+	other := streamwal.Errorf(streamwal.CodeInternal, "while creating: %w", streamwal.ErrCollectionExists)
+	require.Empty(t, other.Reason)
+	require.NotErrorIs(t, &streamwal.Error{Code: other.Code, Message: other.Message}, streamwal.ErrCollectionExists)
+	require.Empty(t, streamwal.ReasonOf(errors.New("plain")))
+
+	// A plain error of the code does not match a reason's sentinel.
+	require.NotErrorIs(t, streamwal.Errorf(streamwal.CodeLifecycle, "no reason"), streamwal.ErrCollectionExists)
+}

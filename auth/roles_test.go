@@ -28,7 +28,6 @@ import (
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/node/recovery"
 	"github.com/streamwal/streamwal/services/node/shard"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // testPChannels is the PChannel count of the secured clusters.
@@ -235,7 +234,7 @@ func workload(t *testing.T, s *secured) {
 
 	durablePosition(t, s, v)
 
-	tail, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Latest(), Types: []*messages.Type{messages.TypeInsert}})
+	tail, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Latest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	m, err := c.Codec().New(messages.TypeInsert, v, []byte("tail"), messages.WithDML(0, 1))
 	require.NoError(t, err)
@@ -253,7 +252,7 @@ func workload(t *testing.T, s *secured) {
 	for _, n := range s.sys.Nodes() {
 		s.sys.StopNode(n.ID(), false)
 	}
-	sc, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
+	sc, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	for i := range 7 {
 		m, err := sc.Next(ctx)

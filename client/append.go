@@ -9,7 +9,6 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -37,6 +36,23 @@ func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) (
 	defer span.End()
 	span.SetAttributes(attribute.Int("messages", len(msgs)))
 	return c.AppendAsync(ctx, msgs...).Wait()
+}
+
+// AppendBytes appends each payload to v as one Insert message (the
+// common case: the caller's bytes, no properties), in the order given, and
+// returns where each landed, as Append does. v's collection must exist
+// (CreateCollection); other types and properties go through Codec().New
+// and Append.
+func (c *Client) AppendBytes(ctx context.Context, v streamwal.VChannel, payloads ...[]byte) ([]AppendResult, error) {
+	msgs := make([]*messages.MutableMessage, len(payloads))
+	for i, p := range payloads {
+		m, err := c.codec.New(messages.TypeInsert, v, p)
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	return c.Append(ctx, msgs...)
 }
 
 // AppendFuture is an append under way.
@@ -208,13 +224,15 @@ func (e *entry) expired() {
 func (c *Client) deliver(p streamwal.PChannel, batch []*entry, timeout time.Duration) ([]wire.AppendResult, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if c.opts.local {
-		if w, ok := node.Local(c.opts.cluster, p); ok {
-			msgs := make([]*messages.MutableMessage, len(batch))
-			for i, e := range batch {
-				msgs[i] = e.m.Clone()
+	if c.opts.local != nil {
+		msgs := make([]*messages.MutableMessage, len(batch))
+		for i, e := range batch {
+			msgs[i] = e.m.Clone()
+		}
+		if out, errs, ok := c.opts.local.AppendLocal(ctx, c.opts.cluster, p, msgs); ok {
+			if len(out) != len(batch) || len(errs) != len(batch) {
+				return nil, streamwal.Errorf(streamwal.CodeInternal, "local append of %d messages answered %d results", len(batch), len(out))
 			}
-			out, errs := w.AppendMany(ctx, msgs)
 			results := make([]wire.AppendResult, len(batch))
 			for i := range batch {
 				results[i] = wire.ResultOf(out[i], errs[i])

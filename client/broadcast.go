@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/lifecycle"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -185,7 +183,7 @@ func (c *Client) allocate(ctx context.Context, req wire.AllocateRequest) (wire.A
 
 // notFound is the error of a DDL on a collection that was never created.
 func notFound(col Collection) error {
-	return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %v", col.ID, lifecycle.ErrCollectionNotFound)
+	return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %w", col.ID, streamwal.ErrCollectionNotFound)
 }
 
 // parseVChannels parses VChannel names.
@@ -218,7 +216,7 @@ func (c *Client) CreateCollection(ctx context.Context, col Collection) ([]stream
 	body := messages.CreateCollectionBody{CollectionRef: col.ref(), PartitionIDs: col.Partitions, VChannels: names, Schema: col.Schema}
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: messages.TypeCreateCollection, VChannels: vs, Scope: col.scope(),
 		Body: body, IdempotencyKey: col.IdempotencyKey, AppendFirst: vs[0]})
-	if exists(err, lifecycle.ErrCollectionExists) {
+	if errors.Is(err, streamwal.ErrCollectionExists) {
 		return vs, nil // created before (a retry): creating is idempotent
 	}
 	return vs, err
@@ -268,7 +266,7 @@ func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection
 		return err
 	}
 	if dropped {
-		return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %v", col.ID, lifecycle.ErrCollectionDropped)
+		return streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %w", col.ID, streamwal.ErrCollectionDropped)
 	}
 	if len(vs) == 0 {
 		return notFound(col)
@@ -276,14 +274,8 @@ func (c *Client) partition(ctx context.Context, t *messages.Type, col Collection
 	_, err = c.Broadcast(ctx, BroadcastRequest{Type: t, VChannels: vs, Scope: col.scope(),
 		Body:           messages.PartitionBody{CollectionRef: col.ref(), PartitionID: partition},
 		IdempotencyKey: col.IdempotencyKey, AppendFirst: vs[0]})
-	if t == messages.TypeCreatePartition && exists(err, lifecycle.ErrPartitionExists) {
+	if t == messages.TypeCreatePartition && errors.Is(err, streamwal.ErrPartitionExists) {
 		return nil // created before (a retry): creating is idempotent
 	}
 	return err
-}
-
-// exists reports whether err is the lifecycle refusal of creating what
-// exists (the cause travels as text across the request hop).
-func exists(err, sentinel error) bool {
-	return streamwal.CodeOf(err) == streamwal.CodeLifecycle && strings.Contains(err.Error(), sentinel.Error())
 }

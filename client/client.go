@@ -62,16 +62,18 @@
 //
 // # Local bypass
 //
-// When a node of the same process serves the PChannel (an embedded
-// deployment), Append calls its WAL directly, with the same semantics and
-// errors; WithoutLocalBypass turns this off.
+// When a client is given the nodes of its own process (WithLocal; an
+// embedded deployment through embedded/system's System.Local) and one of
+// them serves the PChannel, Append calls its WAL directly, with the same
+// semantics and errors; without WithLocal every append goes through NATS.
 //
 // # Reading
 //
-// Read opens a read-pipeline scanner (package read) straight on JetStream,
-// with no node in the path: TimeTick order, transactions assembled, a
-// watermark, a Go iterator; JetStream's ordered consumer carries it
-// through node failover and reconnects.
+// Read opens a scanner straight on JetStream, with no node in the path:
+// TimeTick order, transactions assembled, a watermark, a Go iterator;
+// JetStream's ordered consumer carries it through node failover and
+// reconnects. ReadOptions.UntilNow makes it stop at the tail as it was
+// when the read started.
 package client
 
 import (
@@ -107,7 +109,7 @@ type options struct {
 	maxInFlight int
 	linger      time.Duration
 	retryMax    time.Duration
-	local       bool
+	local       Local
 	logger      zerolog.Logger
 	tracer      trace.TracerProvider
 	natsOpts    []nats.Option
@@ -142,10 +144,6 @@ func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d
 
 // WithRetryMaxInterval caps the backoff between retries (default 1 s).
 func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.retryMax = d } }
-
-// WithoutLocalBypass always goes through NATS, even to a node in this
-// process.
-func WithoutLocalBypass() Option { return func(o *options) { o.local = false } }
 
 // WithLogger sets the logger of retries and reads (default: none).
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
@@ -204,7 +202,7 @@ func Connect(url string, opts ...Option) (*Client, error) {
 // caller's.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := options{cluster: DefaultCluster, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch,
-		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, local: true, logger: zerolog.Nop(),
+		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, logger: zerolog.Nop(),
 		tracer: noop.NewTracerProvider()}
 	for _, f := range opts {
 		f(&o)

@@ -23,7 +23,6 @@ import (
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node"
-	"github.com/streamwal/streamwal/services/read"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -85,7 +84,7 @@ func connect(t *testing.T, s *system.System) *nats.Conn {
 // test.
 func newClient(t *testing.T, s *system.System, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.New(connect(t, s), opts...)
+	c, err := client.New(connect(t, s), append([]client.Option{client.WithLocal(s.Local())}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -413,7 +412,7 @@ func TestTxnExpired(t *testing.T) {
 		_, err = txn.Commit(ctx)
 		require.ErrorIs(t, err, streamwal.ErrTxnExpired)
 
-		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.Earliest()}, sentinel(t, ctx, c, v)))
+		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.Earliest()}, sentinel(t, ctx, c, v)))
 		require.Equal(t, []string{"CreateCollection"}, got[:len(got)-1], "an expired transaction never reaches a reader")
 	})
 }
@@ -454,7 +453,7 @@ func TestTxnCommitAndRollback(t *testing.T) {
 		require.NoError(t, err)
 		require.Greater(t, commit.TimeTick, res[1].TimeTick)
 
-		msgs := readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.Earliest()}, sentinel(t, ctx, c, v))
+		msgs := readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.Earliest()}, sentinel(t, ctx, c, v))
 		got := describe(msgs)
 		require.Equal(t, []string{"CreateCollection", "before", "between", "txn[a b c]"}, got[:len(got)-1])
 		var tx *messages.ImmutableMessage
@@ -666,7 +665,7 @@ func TestAppendRetrySafe(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, r1.ID, r2.ID)
 
-		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.Earliest()}, sentinel(t, ctx, c, v)))
+		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.Earliest()}, sentinel(t, ctx, c, v)))
 		require.Equal(t, []string{"CreateCollection", "once", "auto"}, got[:len(got)-1])
 	})
 }
@@ -752,7 +751,7 @@ func TestAppendRetriesThroughOwnerChange(t *testing.T) {
 		require.NotZero(t, out.res.ID)
 		t.Logf("append landed after %d+ attempts", tries.Load())
 
-		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.Earliest()}, sentinel(t, ctx, c, v)))
+		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.Earliest()}, sentinel(t, ctx, c, v)))
 		require.Equal(t, 1, strings.Count(strings.Join(got, ","), "through"), "landed once: %v", got)
 		require.Equal(t, 1, strings.Count(strings.Join(got, ","), "before"), "landed once: %v", got)
 	})
@@ -832,7 +831,7 @@ func TestCollectionHelpers(t *testing.T) {
 			require.ErrorIs(t, try(v, "after-drop", 0), streamwal.ErrLifecycle)
 		}
 
-		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: vs[0], Start: read.Earliest(),
+		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: vs[0], Start: client.Earliest(),
 			Types: []*messages.Type{messages.TypeInsert, messages.TypeCreateCollection, messages.TypeCreatePartition,
 				messages.TypeDropPartition, messages.TypeDropCollection}}, messages.TypeDropCollection.Name))
 		require.Equal(t, []string{"CreateCollection", "after-create", "in-partition-1", "CreatePartition", "in-partition-2",
@@ -892,22 +891,22 @@ func TestReadAtTimeTick(t *testing.T) {
 	}
 	last := names[len(names)-1]
 	for _, k := range []int{0, 4, 9} {
-		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.AtTimeTick(res[k].TimeTick)}, last))
+		got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.AtTimeTick(res[k].TimeTick)}, last))
 		require.Equal(t, names[k:], got, "from the TimeTick of %s", names[k])
 		if k < 9 {
-			got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.AtTimeTick(res[k].TimeTick + 1)}, last))
+			got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.AtTimeTick(res[k].TimeTick + 1)}, last))
 			require.Equal(t, names[k+1:], got, "from just after the TimeTick of %s", names[k])
 		}
 	}
-	got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.From(res[4].ID)}, last))
+	got := describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.From(res[4].ID)}, last))
 	require.Equal(t, names[4:], got, "from a MessageID")
-	got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.After(res[4].ID)}, last))
+	got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.After(res[4].ID)}, last))
 	require.Equal(t, names[5:], got, "after a MessageID")
-	got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: read.Earliest(), MinTimeTick: res[7].TimeTick}, last))
+	got = describe(readUntil(t, ctx, c, client.ReadOptions{VChannel: v, Start: client.Earliest(), MinTimeTick: res[7].TimeTick}, last))
 	require.Equal(t, names[7:], got, "with a minimum TimeTick")
 
 	p := v.PChannel()
-	all := describe(readUntil(t, ctx, c, client.ReadOptions{PChannel: p, Start: read.AtTimeTick(res[8].TimeTick)}, last))
+	all := describe(readUntil(t, ctx, c, client.ReadOptions{PChannel: p, Start: client.AtTimeTick(res[8].TimeTick)}, last))
 	require.Equal(t, names[8:], all, "a whole PChannel")
 }
 
@@ -921,7 +920,7 @@ func TestWatermarkAdvancesWhenIdle(t *testing.T) {
 	last, err := appendOne(ctx, c, insert(t, c, v, "last"))
 	require.NoError(t, err)
 
-	for _, start := range []read.Start{read.Earliest(), read.Latest()} {
+	for _, start := range []client.Start{client.Earliest(), client.Latest()} {
 		sc, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: start})
 		require.NoError(t, err)
 		rctx, cancel := context.WithCancel(ctx)

@@ -10,7 +10,6 @@ import (
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // Example runs a whole cluster in process, then creates a collection,
@@ -34,9 +33,9 @@ func Example() {
 		return
 	}
 
-	// Connect as any service would; WithoutLocalBypass goes through NATS
-	// even though the node runs in this process.
-	c, err := client.Connect(sys.Server.ClientURL(), client.WithoutLocalBypass())
+	// Connect as any service would: through NATS (client.WithLocal(sys.Local())
+	// would call the node of this process directly).
+	c, err := client.Connect(sys.Server.ClientURL())
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -77,7 +76,7 @@ func Example() {
 	}
 
 	// Read the VChannel from the start up to the commit.
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest()})
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest()})
 	if err != nil {
 		fmt.Println(err)
 		return

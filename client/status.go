@@ -14,23 +14,21 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/lifecycle"
 	"github.com/streamwal/streamwal/services/node/recovery"
 	"github.com/streamwal/streamwal/services/node/shard"
-	"github.com/streamwal/streamwal/services/wire"
 )
 
 // Status is the cluster as the coordinator, the streams and the recovery
 // storage describe it.
 type Status struct {
-	View     wire.View       `json:"view"`
+	View     streamwal.View  `json:"view"`
 	Channels []ChannelStatus `json:"channels"`
 }
 
 // ChannelStatus is one PChannel: its assignment, its stream's head and
 // tail, and what its owner last persisted in recovery storage. Serving is
 // true only while the owner confirms it serves the PChannel under the
-// current term in its current session (see wire.Assignment): a PChannel
+// current term in its current session (see streamwal.Assignment): a PChannel
 // that cannot take writes is not serving, whatever its state.
 //
 // Everything in it was confirmed by a component: the assignment by the
@@ -38,13 +36,13 @@ type Status struct {
 // by the values the owner wrote. What is not known is absent (null), not
 // zero.
 type ChannelStatus struct {
-	PChannel  string     `json:"pchannel"`
-	State     wire.State `json:"state"`
-	Serving   bool       `json:"serving"`
-	Since     time.Time  `json:"since"`
-	Node      string     `json:"node,omitempty"`
-	Term      uint64     `json:"term"`
-	VChannels int        `json:"vchannels"`
+	PChannel  string                    `json:"pchannel"`
+	State     streamwal.AssignmentState `json:"state"`
+	Serving   bool                      `json:"serving"`
+	Since     time.Time                 `json:"since"`
+	Node      string                    `json:"node,omitempty"`
+	Term      uint64                    `json:"term"`
+	VChannels int                       `json:"vchannels"`
 	// FirstID is the first message the stream keeps (everything below it
 	// was truncated, and is in the archive when the owner archives); 0
 	// while the stream holds none or its state could not be read.
@@ -60,7 +58,7 @@ type ChannelStatus struct {
 	// metadata by state; nil before it persisted any.
 	Segments *SegmentCounts `json:"segments"`
 	// Error is why the PChannel is not served: the failure of its last
-	// open as the coordinator recorded it (wire.Assignment.Error), such as
+	// open as the coordinator recorded it (streamwal.Assignment.Error), such as
 	// a node's HISTORY_LOST refusal.
 	Error string `json:"error,omitempty"`
 	// StorageError says why the recovery storage of the PChannel could
@@ -69,8 +67,8 @@ type ChannelStatus struct {
 	StorageError string `json:"storage_error,omitempty"`
 }
 
-// CheckpointStatus is a PChannel's persisted checkpoint (see
-// recovery.Checkpoint).
+// CheckpointStatus is a PChannel's persisted checkpoint: what its owner
+// consumed of its WAL, and where a replay starts.
 type CheckpointStatus struct {
 	// MessageID is where the next open's replay starts.
 	MessageID messages.MessageID `json:"message_id"`
@@ -104,8 +102,8 @@ type SegmentCounts struct {
 }
 
 // View asks the coordinator for the assignment view.
-func (c *Client) View(ctx context.Context) (wire.View, error) {
-	var v wire.View
+func (c *Client) View(ctx context.Context) (streamwal.View, error) {
+	var v streamwal.View
 	err := c.callCoord(ctx, streamwal.CoordStatus, struct{}{}, &v)
 	return v, err
 }
@@ -151,7 +149,7 @@ func (c *Client) Status(ctx context.Context) (Status, error) {
 // channelStatus describes one PChannel; its reads are bounded by the
 // client's request timeout, so that one stuck read costs only its own
 // fields.
-func (c *Client) channelStatus(ctx context.Context, a wire.Assignment, tiers *jetstream.JetStream, store recovery.Store, storeErr error, now time.Time) ChannelStatus {
+func (c *Client) channelStatus(ctx context.Context, a streamwal.Assignment, tiers *jetstream.JetStream, store recovery.Store, storeErr error, now time.Time) ChannelStatus {
 	ch := ChannelStatus{PChannel: a.PChannel, State: a.State, Serving: a.Serving, Since: a.Since, Node: a.Node,
 		Term: a.Term, VChannels: a.VChannels, Error: a.Error}
 	p, err := streamwal.ParsePChannel(a.PChannel)
@@ -446,11 +444,22 @@ func (c *Client) CollectionVChannels(ctx context.Context, id int64) ([]streamwal
 	case err != nil:
 		return nil, err
 	case dropped:
-		return nil, streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %v", id, lifecycle.ErrCollectionDropped)
+		return nil, streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %w", id, streamwal.ErrCollectionDropped)
 	case len(vs) == 0:
 		return nil, notFound(col)
 	}
 	return vs, nil
+}
+
+// LossAccepted is an operator's consent, recorded in recovery storage, to
+// serve a PChannel whose stream lost history (see AcceptLoss).
+type LossAccepted struct {
+	// Above is the MessageID above which the stream is served as it is.
+	Above messages.MessageID `json:"above"`
+	// By names the operator.
+	By string `json:"by,omitempty"`
+	// At is when the consent was given.
+	At time.Time `json:"at"`
 }
 
 // AcceptLoss records an operator's consent (by names the operator) to
@@ -459,29 +468,29 @@ func (c *Client) CollectionVChannels(ctx context.Context, id int64) ([]streamwal
 // MessageID ever handed out, and the lost messages stay lost. The record
 // stays until an owner's open uses it. Above is the highest MessageID the
 // checkpoint says was handed out (0 without a checkpoint).
-func (c *Client) AcceptLoss(ctx context.Context, p streamwal.PChannel, by string) (recovery.AcceptLoss, error) {
+func (c *Client) AcceptLoss(ctx context.Context, p streamwal.PChannel, by string) (LossAccepted, error) {
 	if err := c.CheckPChannel(ctx, p); err != nil {
-		return recovery.AcceptLoss{}, err
+		return LossAccepted{}, err
 	}
 	store, err := c.recoveryStore(ctx)
 	if err != nil {
-		return recovery.AcceptLoss{}, err
+		return LossAccepted{}, err
 	}
 	if store == nil {
-		return recovery.AcceptLoss{}, streamwal.Errorf(streamwal.CodeInvalidArgument,
+		return LossAccepted{}, streamwal.Errorf(streamwal.CodeInvalidArgument,
 			"cluster %s has no recovery storage (no bucket %s): nothing of %s can have been lost", c.opts.cluster,
 			c.opts.cluster.BucketName(streamwal.BucketCheckpoints), p)
 	}
 	cp, err := readCheckpoint(ctx, store, p)
 	if err != nil {
-		return recovery.AcceptLoss{}, err
+		return LossAccepted{}, err
 	}
 	a := recovery.AcceptLoss{By: by, At: time.Now().UTC()}
 	if cp != nil {
 		a.Above = max(cp.Reached, cp.Consumed)
 	}
 	if err := recovery.WriteAcceptLoss(ctx, store, p, a); err != nil {
-		return recovery.AcceptLoss{}, err
+		return LossAccepted{}, err
 	}
-	return a, nil
+	return LossAccepted(a), nil
 }

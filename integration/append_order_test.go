@@ -22,7 +22,6 @@ import (
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // Tests of the order promise of client.Append (issue 13, item 5): the
@@ -53,7 +52,7 @@ func aoClient(t *testing.T, s *system.System, opts ...client.Option) *client.Cli
 // aoClientOn starts a client of s's cluster on nc, closed with the test.
 func aoClientOn(t *testing.T, s *system.System, nc *nats.Conn, opts ...client.Option) *client.Client {
 	t.Helper()
-	c, err := client.New(nc, append([]client.Option{client.WithCluster(s.Codec.Cluster())}, opts...)...)
+	c, err := client.New(nc, append([]client.Option{client.WithCluster(s.Codec.Cluster()), client.WithLocal(s.Local())}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
@@ -91,7 +90,7 @@ func aoReadBack(t *testing.T, ctx context.Context, c *client.Client, v streamwal
 	end := "end-" + v.String()
 	_, err := c.Append(ctx, aoInsert(t, c, v, end))
 	require.NoError(t, err)
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	defer s.Close()
 	var out []aoStored

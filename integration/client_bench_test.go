@@ -19,7 +19,6 @@ import (
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // BenchmarkClient measures, on one embedded server with SyncAlways and a
@@ -119,7 +118,7 @@ func benchClient(b *testing.B, s *system.System, opts ...client.Option) *client.
 		b.Fatal(err)
 	}
 	b.Cleanup(nc.Close)
-	c, err := client.New(nc, append([]client.Option{client.WithCluster("bench")}, opts...)...)
+	c, err := client.New(nc, append([]client.Option{client.WithCluster("bench"), client.WithLocal(s.Local())}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -251,7 +250,7 @@ func benchClientReads(b *testing.B, c *client.Client, vs []streamwal.VChannel) (
 		last[ch.PChannel] = ch.LastID
 	}
 	return benchReads(vs, func(i int) int {
-		s, err := c.Read(ctx, client.ReadOptions{VChannel: vs[i], Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert, messages.TypeTimeTick}})
+		s, err := c.Read(ctx, client.ReadOptions{VChannel: vs[i], Start: client.Earliest(), Types: []*messages.Type{messages.TypeInsert, messages.TypeTimeTick}})
 		if err != nil {
 			b.Error(err)
 			return 0

@@ -19,7 +19,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // TestClientEndToEnd is the StreamingClient's acceptance test (issue 7):
@@ -117,7 +116,7 @@ func clRunLoad(t *testing.T, opts ...client.Option) {
 		nc, err := s.Server.Connect()
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
-		c, err := client.New(nc, append([]client.Option{client.WithCluster(s.Codec.Cluster())}, opts...)...)
+		c, err := client.New(nc, append([]client.Option{client.WithCluster(s.Codec.Cluster()), client.WithLocal(s.Local())}, opts...)...)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, c.Close()) })
 		return c, nc
@@ -423,7 +422,7 @@ func clStartReaders(ctx context.Context, c *client.Client, vs []streamwal.VChann
 
 // clFollow reads v until its sentinel.
 func clFollow(ctx context.Context, c *client.Client, v streamwal.VChannel) ([]*messages.ImmutableMessage, error) {
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest()})
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest()})
 	if err != nil {
 		return nil, err
 	}

@@ -26,7 +26,6 @@ import (
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/node/recovery"
-	"github.com/streamwal/streamwal/services/read"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -312,7 +311,7 @@ func (r *hlRun) requireServedAbove(s *system.System) (lost []messages.MessageID)
 	end := "end-" + r.v.String()
 	r.append(ctx, end, 1)
 
-	sc, err := r.c.Read(ctx, client.ReadOptions{VChannel: r.v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
+	sc, err := r.c.Read(ctx, client.ReadOptions{VChannel: r.v, Start: client.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	defer sc.Close()
 	seen := map[string]int{}

@@ -21,7 +21,6 @@ import (
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/node/recovery"
 	"github.com/streamwal/streamwal/services/node/shard"
-	"github.com/streamwal/streamwal/services/read"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -459,7 +458,7 @@ func trReadAll(t *testing.T, c *client.Client, v streamwal.VChannel) []*messages
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest(), Types: []*messages.Type{
 		messages.TypeInsert, messages.TypeTxn, messages.TypeCreateCollection, messages.TypeManualFlush}})
 	require.NoError(t, err)
 	defer s.Close()

@@ -23,7 +23,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // workloads are the bench workloads, in run order.
@@ -403,7 +402,7 @@ func (b *bench) rawReadSubject(i int) string {
 // inserts so that no worker waits at the end for more.
 func (b *bench) readStreamwal(context.Context) (benchOp, int, error) {
 	return rereader(func(ctx context.Context, w int) (func(context.Context) error, func(), error) {
-		s, err := b.c.Read(ctx, client.ReadOptions{VChannel: b.vs[w%len(b.vs)], Start: read.Earliest(),
+		s, err := b.c.Read(ctx, client.ReadOptions{VChannel: b.vs[w%len(b.vs)], Start: client.Earliest(),
 			Types: []*messages.Type{messages.TypeInsert}})
 		if err != nil {
 			return nil, nil, err

@@ -19,7 +19,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/lifecycle"
 )
 
 // What the commands check before they act, so that a mistake is told at
@@ -210,7 +209,7 @@ func checkTailVChannel(ctx context.Context, c *client.Client, v streamwal.VChann
 			v, v.CollectionID(), strings.Join(names, ", "))
 	case streamwal.CodeOf(err) != streamwal.CodeLifecycle:
 		return err
-	case strings.Contains(err.Error(), lifecycle.ErrCollectionDropped.Error()):
+	case errors.Is(err, streamwal.ErrCollectionDropped):
 		if fromStart {
 			return nil
 		}

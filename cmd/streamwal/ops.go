@@ -15,7 +15,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // connFlags are the flags of every command that talks to a cluster: the
@@ -374,9 +373,9 @@ func newTailCmd() *cobra.Command {
 
 // tailOptions checks the tail flags.
 func tailOptions(vchannel, pchannel string, fromStart bool) (client.ReadOptions, error) {
-	o := client.ReadOptions{Start: read.Latest()}
+	o := client.ReadOptions{Start: client.Latest()}
 	if fromStart {
-		o.Start = read.Earliest()
+		o.Start = client.Earliest()
 	}
 	switch {
 	case (vchannel == "") == (pchannel == ""):

@@ -23,7 +23,6 @@ import (
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node"
-	"github.com/streamwal/streamwal/services/read"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -205,7 +204,7 @@ func readAll(t *testing.T, cl *client.Client, v streamwal.VChannel, n int) []*me
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	s, err := cl.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest()})
+	s, err := cl.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest()})
 	require.NoError(t, err)
 	defer s.Close()
 	var out []*messages.ImmutableMessage

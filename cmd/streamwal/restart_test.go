@@ -19,7 +19,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // Bounds of the restart tests: generous, so that a slow machine does not
@@ -217,7 +216,7 @@ func readInserts(t testing.TB, c *client.Client, v streamwal.VChannel, last stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
+	s, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
 	defer func() { _ = s.Close() }()
 	var out []readMsg

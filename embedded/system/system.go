@@ -254,6 +254,33 @@ func (s *System) Nodes() []*node.Node {
 	return out
 }
 
+// Local is the system's nodes as a client's local bypass: pass it to
+// client.WithLocal so that a client in this process appends to the WAL of
+// a PChannel one of these nodes serves directly, without a request
+// through NATS.
+func (s *System) Local() *LocalNodes { return &LocalNodes{s: s} }
+
+// LocalNodes appends to the WALs the running nodes of a System serve (it
+// implements client.Local).
+type LocalNodes struct{ s *System }
+
+// AppendLocal appends msgs to p through the node of the system that
+// serves it; served is false when none does (see node.Node.AppendLocal).
+func (l *LocalNodes) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal.PChannel, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error, bool) {
+	l.s.mu.Lock()
+	nodes := make([]*node.Node, 0, len(l.s.nodes))
+	for _, m := range l.s.nodes {
+		nodes = append(nodes, m.c)
+	}
+	l.s.mu.Unlock()
+	for _, n := range nodes {
+		if out, errs, ok := n.AppendLocal(ctx, c, p, msgs); ok {
+			return out, errs, true
+		}
+	}
+	return nil, nil, false
+}
+
 // StopNode stops a node: gracefully (goodbye, WALs closed), or as a crash
 // (its connection dropped, nothing said).
 func (s *System) StopNode(id streamwal.NodeID, crash bool) {

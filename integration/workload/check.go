@@ -11,7 +11,6 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/read"
 )
 
 // maxListed bounds the violations Report.Err lists.
@@ -160,7 +159,7 @@ func (c *checker) violation(format string, args ...any) {
 // readVChannel reads v from its start through the insert whose payload
 // is mark, checking each message.
 func (c *checker) readVChannel(ctx context.Context, cl *client.Client, v streamwal.VChannel, mark string) error {
-	s, err := cl.Read(ctx, client.ReadOptions{VChannel: v, Start: read.Earliest()})
+	s, err := cl.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Earliest()})
 	if err != nil {
 		return fmt.Errorf("workload: read %s: %w", v, err)
 	}

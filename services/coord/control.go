@@ -682,7 +682,7 @@ func (ctl *control) allocate(req wire.AllocateRequest) (wire.AllocateReply, erro
 			return wire.AllocateReply{}, err
 		}
 		if !req.Lookup {
-			return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: collection dropped (collection IDs are never reused)", req.CollectionID)
+			return wire.AllocateReply{}, streamwal.Errorf(streamwal.CodeLifecycle, "collection %d: %w (collection IDs are never reused)", req.CollectionID, streamwal.ErrCollectionDropped)
 		}
 		return wire.AllocateReply{Dropped: true}, nil
 	}

@@ -1,39 +1,49 @@
 package node
 
 import (
+	"context"
 	"sync"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/wal"
 )
 
-// local holds the WALs served by the nodes of this process, by cluster and
-// PChannel, for the client's local bypass.
-var local sync.Map // localKey -> *wal.WAL
-
-// localKey identifies a PChannel of a cluster.
-type localKey struct {
-	cluster  streamwal.Cluster
-	pchannel streamwal.PChannel
+// localWALs holds the WALs a node serves, by PChannel, for the local
+// bypass of a client in the same process (see AppendLocal). It belongs to
+// one node: nothing is registered process-wide.
+type localWALs struct {
+	m sync.Map // streamwal.PChannel -> *wal.WAL
 }
 
-// Local returns the WAL of p if a node of this process serves it, so that
-// an in-process client appends to it directly, with the same semantics as
-// through the append subject.
-func Local(c streamwal.Cluster, p streamwal.PChannel) (*wal.WAL, bool) {
-	w, ok := local.Load(localKey{c, p})
+// publish registers w as served by the node.
+func (l *localWALs) publish(w *wal.WAL) { l.m.Store(w.PChannel(), w) }
+
+// withdraw unregisters w if it is still the one registered.
+func (l *localWALs) withdraw(w *wal.WAL) { l.m.CompareAndDelete(w.PChannel(), w) }
+
+// get returns the WAL served for p.
+func (l *localWALs) get(p streamwal.PChannel) (*wal.WAL, bool) {
+	w, ok := l.m.Load(p)
 	if !ok {
 		return nil, false
 	}
 	return w.(*wal.WAL), true
 }
 
-// publishLocal registers w as served in this process.
-func publishLocal(c streamwal.Cluster, w *wal.WAL) {
-	local.Store(localKey{c, w.PChannel()}, w)
-}
-
-// withdrawLocal unregisters w if it is still the one registered.
-func withdrawLocal(c streamwal.Cluster, w *wal.WAL) {
-	local.CompareAndDelete(localKey{c, w.PChannel()}, w)
+// AppendLocal appends msgs to p directly when n serves p of cluster c,
+// with the semantics and errors of an append request (each message
+// succeeds or fails on its own); served is false, and nothing is
+// appended, when it does not. It is the local bypass of a client in the
+// same process (client.Local, provided by embedded/system).
+func (n *Node) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal.PChannel, msgs []*messages.MutableMessage) (out []*messages.ImmutableMessage, errs []error, served bool) {
+	if c != n.cfg.Codec.Cluster() {
+		return nil, nil, false
+	}
+	w, ok := n.local.get(p)
+	if !ok {
+		return nil, nil, false
+	}
+	out, errs = w.AppendMany(ctx, msgs)
+	return out, errs, true
 }

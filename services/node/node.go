@@ -179,6 +179,7 @@ type Node struct {
 	oracle  *remoteOracle
 	store   recovery.Store // nil with Recovery.Off
 	memory  *shard.Memory  // nil without a memory policy
+	local   localWALs      // the WALs served, for AppendLocal
 
 	mu       sync.Mutex
 	channels map[streamwal.PChannel]*channel
@@ -423,7 +424,7 @@ func (n *Node) shutdown(graceful bool) {
 		n.unsubscribe()
 		chans := n.takeChannels()
 		for _, ch := range chans {
-			withdrawLocal(n.cfg.Codec.Cluster(), ch.wal)
+			n.local.withdraw(ch.wal)
 			_ = ch.sub.Unsubscribe()
 			n.noteClose(ch.wal.PChannel(), ch.wal.Term(), telemetry.ReasonShutdown)
 		}

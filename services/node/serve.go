@@ -124,7 +124,7 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 	}
 	n.channels[p] = &channel{wal: w, sub: sub, since: time.Now().UTC()}
 	n.changedLocked()
-	publishLocal(n.cfg.Codec.Cluster(), w)
+	n.local.publish(w)
 	n.loops.Add(1)
 	go n.watch(p, w)
 	return nil
@@ -156,7 +156,7 @@ func (n *Node) watch(p streamwal.PChannel, w *wal.WAL) {
 // drop stops serving p if w is still its WAL, and closes w; it reports
 // whether p was being served with w.
 func (n *Node) drop(p streamwal.PChannel, w *wal.WAL, why string) bool {
-	withdrawLocal(n.cfg.Codec.Cluster(), w)
+	n.local.withdraw(w)
 	n.mu.Lock()
 	ch, ok := n.channels[p]
 	ok = ok && ch.wal == w

@@ -3,6 +3,7 @@ package read
 import (
 	"context"
 	"fmt"
+	"io"
 	"iter"
 	"sync"
 
@@ -58,17 +59,24 @@ type Options struct {
 	// at a message's LastConfirmedMessageID with MinTimeTick at its
 	// TimeTick to read exactly what follows it in TimeTick order.
 	MinTimeTick messages.TimeTick
+	// Until, if set, ends the scanner once it has read the message of
+	// that ID (or one above it): Next then returns io.EOF. A reader that
+	// sets it to the last message of its filters as of its start reads
+	// what is there and returns (see the client's ReadOptions.UntilNow).
+	// Transactions still open there are not delivered.
+	Until messages.MessageID
 }
 
 // Scanner delivers one PChannel or VChannel in TimeTick order, with
 // transactions assembled. It is safe for concurrent use, though messages
 // come out of one Next at a time.
 type Scanner struct {
-	sc   jetstream.Scanner
-	sub  *nats.Subscription
-	next sync.Mutex // serializes Next
-	mu   sync.Mutex // guards asm
-	asm  *Assembler
+	sc    jetstream.Scanner
+	sub   *nats.Subscription
+	next  sync.Mutex // serializes Next
+	mu    sync.Mutex // guards asm
+	asm   *Assembler
+	until messages.MessageID // 0: unbounded
 }
 
 // Open starts a scanner.
@@ -86,7 +94,7 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 			return nil, err
 		}
 	}
-	s := &Scanner{asm: NewAssembler(Filter{Types: o.Types, From: max(o.MinTimeTick, o.Start.TimeTick)})}
+	s := &Scanner{asm: NewAssembler(Filter{Types: o.Types, From: max(o.MinTimeTick, o.Start.TimeTick)}), until: o.Until}
 	if o.Ticks != nil {
 		if s.sub, err = s.subscribeTicks(o); err != nil {
 			return nil, err
@@ -135,11 +143,14 @@ func (s *Scanner) subscribeTicks(o Options) (*nats.Subscription, error) {
 }
 
 // Next blocks for the next message, until ctx ends or the scanner is
-// closed (streamwal.ErrClosed).
+// closed (streamwal.ErrClosed); past Options.Until it returns io.EOF.
 func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {
 	s.next.Lock()
 	defer s.next.Unlock()
 	for {
+		if s.ended() {
+			return nil, io.EOF
+		}
 		m, err := s.sc.Next(ctx)
 		if err != nil {
 			return nil, err
@@ -151,6 +162,24 @@ func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 			return out, nil
 		}
 	}
+}
+
+// ended reports whether the scanner read through Options.Until.
+func (s *Scanner) ended() bool {
+	if s.until == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asm.Last() >= s.until
+}
+
+// Last is the MessageID of the last message the scanner read from the
+// stream, delivered or not (or the position before its start).
+func (s *Scanner) Last() messages.MessageID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asm.Last()
 }
 
 // All iterates until ctx ends, the scanner closes or an error occurs; the

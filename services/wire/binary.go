@@ -29,17 +29,19 @@ import (
 //	reply   = version count *result
 //	result  = id timetick last-confirmed txn-id keepalive error
 //	error   = 0                               ; no error
-//	        / (1+len(code)) code-bytes message
+//	        / (1+len(code)) code-bytes message reason
 //
 // Counts are uvarints; key, value and message are byte strings; id,
 // timetick, last-confirmed and txn-id are uvarints, keepalive a signed
 // varint (AppendVarint) of nanoseconds. An error's code is a string
 // (streamwal.Code) whose zero value "" is a code like any other (a non-nil
 // error without a code), so the leading uvarint says both whether there is
-// an error (0: none) and how long its code is. The encoding is
+// an error (0: none) and how long its code is; its reason
+// (streamwal.Reason, "" for none) is a byte string. Version 0x02 added
+// the reason. The encoding is
 // deterministic, header keys sorted; a nil and an empty header, value list
 // or data encode alike, and decode as nil.
-const BinaryVersion byte = 0x01
+const BinaryVersion byte = 0x02
 
 var (
 	_ encoding.BinaryMarshaler   = AppendRequest{}
@@ -290,7 +292,7 @@ func (r AppendReply) MarshalBinary() ([]byte, error) {
 		if e := res.Error; e == nil {
 			size++
 		} else {
-			size += stringLen(len(e.Code)+1) - 1 + stringLen(len(e.Message))
+			size += stringLen(len(e.Code)+1) - 1 + stringLen(len(e.Message)) + stringLen(len(e.Reason))
 		}
 	}
 	b := make([]byte, 0, size)
@@ -309,6 +311,7 @@ func (r AppendReply) MarshalBinary() ([]byte, error) {
 			b = binary.AppendUvarint(b, uint64(len(e.Code))+1)
 			b = append(b, e.Code...)
 			b = appendString(b, e.Message)
+			b = appendString(b, string(e.Reason))
 		}
 	}
 	return b, nil
@@ -360,7 +363,11 @@ func (r *AppendReply) UnmarshalBinary(data []byte) error {
 		if err != nil {
 			return err
 		}
-		res.Error = &Error{Code: streamwal.Code(code), Message: string(msg)}
+		reason, err := d.bytes()
+		if err != nil {
+			return err
+		}
+		res.Error = &Error{Code: streamwal.Code(code), Message: string(msg), Reason: streamwal.Reason(reason)}
 	}
 	if err := d.end(); err != nil {
 		return err

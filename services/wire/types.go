@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 )
 
@@ -156,54 +157,24 @@ type Served struct {
 	Since    time.Time `json:"since"`
 }
 
-// State is where a PChannel is in its assignment.
-type State string
+// State is where a PChannel is in its assignment (streamwal.AssignmentState).
+type State = streamwal.AssignmentState
 
 // Assignment states (DESIGN.md §3).
 const (
-	Uninitialized State = "UNINITIALIZED"
-	Assigning     State = "ASSIGNING"
-	Assigned      State = "ASSIGNED"
-	Unavailable   State = "UNAVAILABLE"
+	Uninitialized = streamwal.Uninitialized
+	Assigning     = streamwal.Assigning
+	Assigned      = streamwal.Assigned
+	Unavailable   = streamwal.Unavailable
 )
 
-// Assignment is one PChannel's owner and term, as persisted.
-type Assignment struct {
-	PChannel string `json:"pchannel"`
-	Node     string `json:"node,omitempty"`
-	Term     uint64 `json:"term"`
-	State    State  `json:"state"`
-	// VChannels counts the VChannels placed on it.
-	VChannels int `json:"vchannels"`
-	// Epoch is the coordinator epoch that wrote it.
-	Epoch uint64 `json:"epoch"`
-	// Session and Version are those of the owner's open reply: the
-	// incarnation of the node that confirmed the PChannel, and the first
-	// version of its served set that lists it.
-	Session string `json:"session,omitempty"`
-	Version uint64 `json:"version,omitempty"`
-	// Serving says whether the owner confirmed it serves the PChannel
-	// under Term in Session (its open reply, then every heartbeat), so
-	// that appends to it can succeed; Since is when Serving last changed.
-	// A new active coordinator starts every PChannel as not serving until
-	// its owner confirms it.
-	Serving bool      `json:"serving"`
-	Since   time.Time `json:"since"`
-	// Error is why the last open of the PChannel failed (the node's
-	// refusal, such as HISTORY_LOST, or the request's failure), kept
-	// while it is not served and cleared once an owner confirms it.
-	Error string `json:"error,omitempty"`
-}
+// Assignment is one PChannel's owner and term, as persisted
+// (streamwal.Assignment).
+type Assignment = streamwal.Assignment
 
-// View is the versioned assignment view clients and operators watch.
-type View struct {
-	Version  uint64       `json:"version"`
-	Epoch    uint64       `json:"epoch"`
-	Leader   string       `json:"leader"`
-	CChannel string       `json:"cchannel"`
-	Channels []Assignment `json:"channels"`
-	Nodes    []string     `json:"nodes"`
-}
+// View is the versioned assignment view clients and operators watch
+// (streamwal.View).
+type View = streamwal.View
 
 // Collections is the VChannel allocation: collection ID to its VChannels.
 type Collections struct {

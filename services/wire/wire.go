@@ -33,6 +33,9 @@ import (
 type Error struct {
 	Code    streamwal.Code `json:"code"`
 	Message string         `json:"message,omitempty"`
+	// Reason refines Code with the stable identity of one refusal
+	// (streamwal.Reason), so that errors.Is matches it after the hop.
+	Reason streamwal.Reason `json:"reason,omitempty"`
 }
 
 // ErrorOf converts err for the wire (nil for nil).
@@ -42,7 +45,7 @@ func ErrorOf(err error) *Error {
 	}
 	var e *streamwal.Error
 	if errors.As(err, &e) {
-		return &Error{Code: e.Code, Message: e.Message}
+		return &Error{Code: e.Code, Message: e.Message, Reason: e.Reason}
 	}
 	return &Error{Code: streamwal.CodeOf(err), Message: err.Error()}
 }
@@ -52,7 +55,7 @@ func (e *Error) Err() error {
 	if e == nil {
 		return nil
 	}
-	return &streamwal.Error{Code: e.Code, Message: e.Message}
+	return &streamwal.Error{Code: e.Code, Message: e.Message, Reason: e.Reason}
 }
 
 // envelope is every reply: a body or an error.

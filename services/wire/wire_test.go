@@ -89,6 +89,7 @@ func TestCallRoundTripOfEveryField(t *testing.T) {
 		{Keepalive: math.MaxInt64, Error: &wire.Error{Code: streamwal.CodeInternal}},
 		{Keepalive: -time.Nanosecond, Error: &wire.Error{Message: "an error without a code"}},
 		{},
+		{ID: 4, Error: &wire.Error{Code: streamwal.CodeLifecycle, Message: "gone", Reason: streamwal.ReasonCollectionDropped}},
 	}}
 	var got wire.AppendRequest
 	var gotFirst byte
@@ -120,6 +121,7 @@ func TestCallRoundTripOfEveryField(t *testing.T) {
 	require.NoError(t, reply.Results[0].Error.Err())
 	require.Equal(t, streamwal.Code(""), streamwal.CodeOf(reply.Results[4].Error.Err()), "an empty code stays empty")
 	require.Error(t, reply.Results[4].Error.Err(), "an error with an empty code is still an error")
+	require.ErrorIs(t, reply.Results[6].Error.Err(), streamwal.ErrCollectionDropped, "the reason crosses the hop")
 
 	// The reply travels in binary too, without an envelope.
 	data, err := req.MarshalBinary()
@@ -471,7 +473,8 @@ func TestDecodeMalformedBinary(t *testing.T) {
 		data    []byte
 		text    string
 	}{
-		{"request: unknown version", true, append([]byte{0x02}, req[1:]...), "unknown format version 0x2"},
+		{"request: unknown version", true, append([]byte{0x03}, req[1:]...), "unknown format version 0x3"},
+		{"request: the version before reasons", true, append([]byte{0x01}, req[1:]...), "unknown format version 0x1"},
 		{"request: version 0", true, append([]byte{0x00}, req[1:]...), "unknown format version"},
 		{"request: JSON", true, []byte(`{"messages":[]}`), "unknown format version 0x7b"},
 		{"request: empty", true, nil, "empty"},
@@ -497,6 +500,7 @@ func TestDecodeMalformedBinary(t *testing.T) {
 		{"reply: one result too many", false, uv([]byte{v}, 2, 0, 0, 0, 0, 0, 0), "exceeds"},
 		{"reply: huge code", false, uv([]byte{v}, 1, 0, 0, 0, 0, 0, math.MaxUint64), "exceeds"},
 		{"reply: huge message", false, uv([]byte{v}, 1, 0, 0, 0, 0, 0, 1, 1<<40), "exceeds"},
+		{"reply: huge reason", false, uv([]byte{v}, 1, 0, 0, 0, 0, 0, 1, 0, 1<<40), "exceeds"},
 		{"reply: varint overflow", false, append(uv([]byte{v}, 1), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0, 0), "overflows"},
 		{"reply: keepalive overflow", false, append(uv([]byte{v}, 1, 0, 0, 0, 0), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 0), "overflows"},
 	} {
@@ -755,4 +759,26 @@ func TestAssignmentErrorJSON(t *testing.T) {
 	var a wire.Assignment
 	require.NoError(t, json.Unmarshal([]byte(`{"pchannel":"pchan-1","term":2,"state":"ASSIGNED","vchannels":0,"epoch":1}`), &a))
 	require.Empty(t, a.Error)
+}
+
+// TestCallCarriesReasons: a refusal's reason crosses the hop, in the JSON
+// envelope and in an append reply's binary results, so that errors.Is
+// matches its sentinel on the caller's side.
+func TestCallCarriesReasons(t *testing.T) {
+	nc := conn(t)
+	refusal := streamwal.Errorf(streamwal.CodeLifecycle, "CreateCollection of 3: %w", streamwal.ErrCollectionExists)
+	serve(t, nc, "t.reason", func(context.Context, []byte) (any, error) { return nil, refusal })
+	err := wire.Call(ctxFor(t, 2*time.Second), nc, "t.reason", struct{}{}, nil)
+	require.ErrorIs(t, err, streamwal.ErrCollectionExists)
+	require.ErrorIs(t, err, streamwal.ErrLifecycle)
+	require.NotErrorIs(t, err, streamwal.ErrCollectionNotFound)
+
+	serve(t, nc, "t.reason.append", func(context.Context, []byte) (any, error) {
+		return wire.AppendReply{Results: []wire.AppendResult{wire.ResultOf(nil, refusal)}}, nil
+	})
+	var reply wire.AppendReply
+	one := wire.AppendRequest{Messages: []wire.Message{{Subject: "wal.a.b", Data: []byte("x")}}}
+	require.NoError(t, wire.Call(ctxFor(t, 2*time.Second), nc, "t.reason.append", one, &reply))
+	require.Len(t, reply.Results, 1)
+	require.ErrorIs(t, reply.Results[0].Error.Err(), streamwal.ErrCollectionExists)
 }

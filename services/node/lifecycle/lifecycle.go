@@ -71,7 +71,6 @@
 package lifecycle
 
 import (
-	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -81,21 +80,23 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// The causes of lifecycle refusals. Each error Check returns wraps one of
-// them and also matches streamwal.ErrLifecycle.
+// The causes of lifecycle refusals: the streamwal sentinels, whose
+// reasons cross the request hop. Each error Check returns wraps one of
+// them (errors.Is matches it on either side of the hop) and also matches
+// streamwal.ErrLifecycle.
 var (
 	// ErrCollectionNotFound: the VChannel's collection was never created.
-	ErrCollectionNotFound = errors.New("collection not found")
+	ErrCollectionNotFound = streamwal.ErrCollectionNotFound
 	// ErrCollectionExists: CreateCollection of a collection that exists.
-	ErrCollectionExists = errors.New("collection already exists")
+	ErrCollectionExists = streamwal.ErrCollectionExists
 	// ErrCollectionDropped: the VChannel's collection was dropped.
-	ErrCollectionDropped = errors.New("collection dropped")
+	ErrCollectionDropped = streamwal.ErrCollectionDropped
 	// ErrPartitionNotFound: the partition was never created.
-	ErrPartitionNotFound = errors.New("partition not found")
+	ErrPartitionNotFound = streamwal.ErrPartitionNotFound
 	// ErrPartitionExists: CreatePartition of a live partition.
-	ErrPartitionExists = errors.New("partition already exists")
+	ErrPartitionExists = streamwal.ErrPartitionExists
 	// ErrPartitionDropped: the partition was dropped; its ID is never reused.
-	ErrPartitionDropped = errors.New("partition dropped")
+	ErrPartitionDropped = streamwal.ErrPartitionDropped
 )
 
 // State is the lifecycle state of one VChannel's collection.

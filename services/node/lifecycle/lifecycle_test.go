@@ -208,7 +208,8 @@ func TestRules(t *testing.T) {
 			}
 			require.Contains(t, err.Error(), tc.msg.Type().Name)
 			require.Contains(t, err.Error(), tc.msg.VChannel().String())
-			require.Contains(t, err.Error(), tc.want.Error())
+			require.Contains(t, err.Error(), tc.want.(*streamwal.Error).Message)
+			require.Equal(t, tc.want.(*streamwal.Error).Reason, streamwal.ReasonOf(err), "the reason crosses the request hop")
 		})
 	}
 }
