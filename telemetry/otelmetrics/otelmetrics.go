@@ -1,0 +1,277 @@
+// Package otelmetrics turns streamwal's telemetry hooks into
+// OpenTelemetry metrics. New takes any metric.MeterProvider; the package
+// carries no exporter (package telemetry/endpoint serves them in the
+// Prometheus text format).
+//
+// Instrument names are OpenTelemetry's dotted names; a Prometheus
+// exporter writes them with underscores and unit suffixes, so that
+// "streamwal.appends" is streamwal_appends_total and
+// "streamwal.append.duration" (seconds) streamwal_append_duration_seconds.
+// Labels are bounded: a PChannel, a node, a message type (the registry's),
+// an error code, a reason or state from a fixed set; never a VChannel, a
+// message ID or a payload.
+package otelmetrics
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/telemetry"
+)
+
+// ScopeName is the instrumentation scope of the instruments.
+const ScopeName = "github.com/streamwal/streamwal"
+
+// Label keys.
+const (
+	keyPChannel = "pchannel"
+	keyNode     = "node"
+	keyType     = "type"
+	keyCode     = "code"
+	keyKind     = "kind"
+	keyReason   = "reason"
+	keyState    = "state"
+)
+
+// codeOK is the code label of a success.
+const codeOK = "OK"
+
+// Metrics is a telemetry hook that records every event as OpenTelemetry
+// metrics. Put it in the Hooks of the components to measure.
+type Metrics struct {
+	appends, units, recoveries, fences, opens, closes, assigns, beats, tso, tsoTicks, broadcasts metric.Int64Counter
+	inFlight                                                                                     metric.Int64UpDownCounter
+	appendDur, openDur, bcastDur                                                                 metric.Float64Histogram
+	unitSize, replayed                                                                           metric.Int64Histogram
+	serving, stuck, truncated, segments                                                          metric.Int64Gauge
+	checkpointAge                                                                                metric.Float64Gauge
+
+	pchannels sync.Map // streamwal.PChannel -> attribute.KeyValue
+}
+
+// Buckets of the histograms.
+var (
+	latencyBuckets = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
+	openBuckets    = []float64{0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+	sizeBuckets    = []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}
+	replayBuckets  = []float64{0, 10, 100, 1000, 10000, 100000, 1e6, 1e7}
+)
+
+// New creates the instruments on mp's meter of ScopeName.
+func New(mp metric.MeterProvider) (*Metrics, error) {
+	b := builder{m: mp.Meter(ScopeName)}
+	m := &Metrics{
+		appends:    b.counter("streamwal.appends", "{message}", "Messages of append requests a node finished, by PChannel, message type and result code (OK when appended)."),
+		inFlight:   b.upDown("streamwal.appends.in_flight", "{message}", "Messages of append requests a node is serving now."),
+		appendDur:  b.histogram("streamwal.append.duration", "s", "Time a node took to serve an append request, by PChannel.", latencyBuckets),
+		units:      b.counter("streamwal.append.units", "{unit}", "Units a WAL writer sent to JetStream, by PChannel and kind (publish or batch)."),
+		unitSize:   b.intHistogram("streamwal.append.unit.size", "{message}", "Messages per unit a WAL writer sent, by PChannel.", sizeBuckets),
+		recoveries: b.counter("streamwal.writer.recoveries", "{recovery}", "Times a WAL writer resolved its tail after an unknown outcome, by PChannel."),
+		fences:     b.counter("streamwal.fencing.events", "{event}", "WALs fenced by a newer owner, by PChannel."),
+		opens:      b.counter("streamwal.pchannel.opens", "{open}", "Opens of a PChannel by a node, by PChannel and result code."),
+		openDur:    b.histogram("streamwal.pchannel.open.duration", "s", "Time an open of a PChannel took (barrier and replay), by PChannel.", openBuckets),
+		replayed:   b.intHistogram("streamwal.pchannel.open.replayed", "{message}", "Messages replayed by an open of a PChannel, by PChannel.", replayBuckets),
+		closes:     b.counter("streamwal.pchannel.closes", "{close}", "PChannels a node stopped serving, by PChannel and reason."),
+		serving:    b.gauge("streamwal.serving.pchannels", "{pchannel}", "PChannels a node serves, by node, as of its last heartbeat."),
+		assigns:    b.counter("streamwal.assignment.changes", "{change}", "Changes of a PChannel's assignment by the active coordinator, by PChannel and new state."),
+		beats:      b.counter("streamwal.node.heartbeats", "{heartbeat}", "Heartbeats of a node, by node and result code."),
+		tso:        b.counter("streamwal.tso.allocations", "{allocation}", "TimeTick allocation requests the coordinator answered, by result code."),
+		tsoTicks:   b.counter("streamwal.tso.timeticks", "{timetick}", "TimeTicks the coordinator handed out."),
+		broadcasts: b.counter("streamwal.broadcasts", "{broadcast}", "Broadcast requests the coordinator finished, by message type and result code."),
+		bcastDur:   b.histogram("streamwal.broadcast.duration", "s", "Time from a broadcast request to its last target's append.", latencyBuckets),
+		stuck:      b.gauge("streamwal.broadcasts.stuck", "{broadcast}", "Broadcasts stuck now (a target refused them for good)."),
+		checkpointAge: b.floatGauge("streamwal.checkpoint.age", "s",
+			"Age of the TimeTick of a WAL's last persisted checkpoint, by PChannel."),
+		truncated: b.gauge("streamwal.truncation.point", "", "MessageID below which a WAL's stream was last truncated, by PChannel."),
+		segments:  b.gauge("streamwal.segments", "{segment}", "Segments of a WAL, by PChannel and state (growing, sealed, flushed)."),
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return m, nil
+}
+
+// builder creates instruments, keeping the first error.
+type builder struct {
+	m   metric.Meter
+	err error
+}
+
+// keep records err if it is the first.
+func (b *builder) keep(err error) {
+	if b.err == nil && err != nil {
+		b.err = streamwal.Errorf(streamwal.CodeInternal, "create instrument: %v", err)
+	}
+}
+
+// counter creates an Int64Counter.
+func (b *builder) counter(name, unit, desc string) metric.Int64Counter {
+	c, err := b.m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.keep(err)
+	return c
+}
+
+// upDown creates an Int64UpDownCounter.
+func (b *builder) upDown(name, unit, desc string) metric.Int64UpDownCounter {
+	c, err := b.m.Int64UpDownCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.keep(err)
+	return c
+}
+
+// histogram creates a Float64Histogram with bounds.
+func (b *builder) histogram(name, unit, desc string, bounds []float64) metric.Float64Histogram {
+	h, err := b.m.Float64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
+	b.keep(err)
+	return h
+}
+
+// intHistogram creates an Int64Histogram with bounds.
+func (b *builder) intHistogram(name, unit, desc string, bounds []float64) metric.Int64Histogram {
+	h, err := b.m.Int64Histogram(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithExplicitBucketBoundaries(bounds...))
+	b.keep(err)
+	return h
+}
+
+// gauge creates an Int64Gauge.
+func (b *builder) gauge(name, unit, desc string) metric.Int64Gauge {
+	g, err := b.m.Int64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.keep(err)
+	return g
+}
+
+// floatGauge creates a Float64Gauge.
+func (b *builder) floatGauge(name, unit, desc string) metric.Float64Gauge {
+	g, err := b.m.Float64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.keep(err)
+	return g
+}
+
+// pchannel is p's label, built once per PChannel.
+func (m *Metrics) pchannel(p streamwal.PChannel) attribute.KeyValue {
+	if kv, ok := m.pchannels.Load(p); ok {
+		return kv.(attribute.KeyValue)
+	}
+	kv := attribute.String(keyPChannel, p.String())
+	m.pchannels.Store(p, kv)
+	return kv
+}
+
+// code is the label of a result: OK, or the error's code.
+func code(c streamwal.Code) attribute.KeyValue {
+	if c == "" {
+		return attribute.String(keyCode, codeOK)
+	}
+	return attribute.String(keyCode, string(c))
+}
+
+// errCode is the label of err's result.
+func errCode(err error) attribute.KeyValue { return code(streamwal.CodeOf(err)) }
+
+// attrs is a measurement option of kvs.
+func attrs(kvs ...attribute.KeyValue) metric.MeasurementOption {
+	return metric.WithAttributeSet(attribute.NewSet(kvs...))
+}
+
+// bg is the context of measurements (hooks carry none).
+var bg = context.Background()
+
+// OnAppendStart implements telemetry.AppendStartHook.
+func (m *Metrics) OnAppendStart(e telemetry.AppendStartEvent) {
+	m.inFlight.Add(bg, int64(e.Messages), attrs(m.pchannel(e.PChannel)))
+}
+
+// OnAppend implements telemetry.AppendHook. The latency is recorded once
+// per run of results, which is once per request for the usual request
+// whose messages share a type and a result.
+func (m *Metrics) OnAppend(e telemetry.AppendEvent) {
+	p := m.pchannel(e.PChannel)
+	m.inFlight.Add(bg, -int64(e.Messages), attrs(p))
+	m.appends.Add(bg, int64(e.Messages), attrs(p, attribute.String(keyType, e.Type), code(e.Code)))
+	m.appendDur.Record(bg, e.Latency.Seconds(), attrs(p))
+}
+
+// OnUnit implements telemetry.UnitHook.
+func (m *Metrics) OnUnit(e telemetry.UnitEvent) {
+	p := m.pchannel(e.PChannel)
+	kind := "publish"
+	if e.Batch {
+		kind = "batch"
+	}
+	m.units.Add(bg, 1, attrs(p, attribute.String(keyKind, kind)))
+	m.unitSize.Record(bg, int64(e.Messages), attrs(p))
+}
+
+// OnWriterRecovery implements telemetry.WriterRecoveryHook.
+func (m *Metrics) OnWriterRecovery(e telemetry.WriterRecoveryEvent) {
+	m.recoveries.Add(bg, 1, attrs(m.pchannel(e.PChannel)))
+}
+
+// OnFence implements telemetry.FenceHook.
+func (m *Metrics) OnFence(e telemetry.FenceEvent) {
+	m.fences.Add(bg, 1, attrs(m.pchannel(e.PChannel)))
+}
+
+// OnOpen implements telemetry.OpenHook.
+func (m *Metrics) OnOpen(e telemetry.OpenEvent) {
+	p := m.pchannel(e.PChannel)
+	m.opens.Add(bg, 1, attrs(p, errCode(e.Err)))
+	if e.Err == nil {
+		m.openDur.Record(bg, e.Took.Seconds(), attrs(p))
+		m.replayed.Record(bg, int64(e.Replayed), attrs(p))
+	}
+}
+
+// OnClose implements telemetry.CloseHook.
+func (m *Metrics) OnClose(e telemetry.CloseEvent) {
+	m.closes.Add(bg, 1, attrs(m.pchannel(e.PChannel), attribute.String(keyReason, e.Reason)))
+}
+
+// OnAssign implements telemetry.AssignHook.
+func (m *Metrics) OnAssign(e telemetry.AssignEvent) {
+	m.assigns.Add(bg, 1, attrs(m.pchannel(e.PChannel), attribute.String(keyState, e.State)))
+}
+
+// OnHeartbeat implements telemetry.HeartbeatHook.
+func (m *Metrics) OnHeartbeat(e telemetry.HeartbeatEvent) {
+	node := attribute.String(keyNode, e.Node)
+	m.beats.Add(bg, 1, attrs(node, errCode(e.Err)))
+	m.serving.Record(bg, int64(e.Serving), attrs(node))
+}
+
+// OnTSO implements telemetry.TSOHook.
+func (m *Metrics) OnTSO(e telemetry.TSOEvent) {
+	m.tso.Add(bg, 1, attrs(errCode(e.Err)))
+	if e.Err == nil {
+		m.tsoTicks.Add(bg, int64(e.Count))
+	}
+}
+
+// OnBroadcast implements telemetry.BroadcastHook.
+func (m *Metrics) OnBroadcast(e telemetry.BroadcastEvent) {
+	m.broadcasts.Add(bg, 1, attrs(attribute.String(keyType, e.Type), errCode(e.Err)))
+	if e.Err == nil {
+		m.bcastDur.Record(bg, e.Took.Seconds())
+	}
+}
+
+// OnBroadcastStuck implements telemetry.BroadcastStuckHook.
+func (m *Metrics) OnBroadcastStuck(e telemetry.BroadcastStuckEvent) {
+	m.stuck.Record(bg, int64(e.Stuck))
+}
+
+// OnStorage implements telemetry.StorageHook.
+func (m *Metrics) OnStorage(e telemetry.StorageEvent) {
+	p := m.pchannel(e.PChannel)
+	m.checkpointAge.Record(bg, e.CheckpointAge.Seconds(), attrs(p))
+	m.truncated.Record(bg, int64(e.Truncated), attrs(p))
+	for _, s := range []struct {
+		state string
+		n     int
+	}{{"growing", e.Growing}, {"sealed", e.Sealed}, {"flushed", e.Flushed}} {
+		m.segments.Record(bg, int64(s.n), attrs(p, attribute.String(keyState, s.state)))
+	}
+}
