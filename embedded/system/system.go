@@ -19,6 +19,7 @@ import (
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry/endpoint"
 )
 
 // Options configure a System.
@@ -44,6 +45,11 @@ type Options struct {
 	// system opens, by the member that uses it: the credentials (and TLS
 	// settings) a server with users requires (see package auth).
 	ConnectOptions func(Member) []nats.Option
+	// MetricsAddr, when set, serves the system's metrics (every
+	// coordinator's and node's), /healthz and /readyz (System.Ready) on
+	// HOST:PORT (see package telemetry/endpoint); Pprof adds /debug/pprof/.
+	MetricsAddr string
+	Pprof       bool
 }
 
 // Member is who uses a connection of the system.
@@ -78,6 +84,8 @@ type System struct {
 	nodes  map[streamwal.NodeID]*member[*node.Node]
 	nextID int
 	admin  *nats.Conn
+	// endpoint serves MetricsAddr (nil without).
+	endpoint *endpoint.Endpoint
 }
 
 // member is a running component with its own connection.
@@ -110,6 +118,10 @@ func Start(ctx context.Context, o Options) (*System, error) {
 		}
 		s.ownsSrv = true
 	}
+	if err := s.startEndpoint(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if s.admin, err = s.Server.Connect(o.connectOptions(MemberClient, nats.Name("streamwal-admin"))...); err != nil {
 		s.Close()
 		return nil, err
@@ -126,6 +138,7 @@ func Start(ctx context.Context, o Options) (*System, error) {
 			return nil, err
 		}
 	}
+	s.serveReady()
 	return s, nil
 }
 
@@ -372,6 +385,7 @@ func (s *System) Crash() {
 	if s.admin != nil {
 		s.admin.Close()
 	}
+	s.closeEndpoint()
 }
 
 // Close stops the coordinators (so that they do not reassign what the
@@ -386,6 +400,7 @@ func (s *System) Close() {
 	if s.admin != nil {
 		s.admin.Close()
 	}
+	s.closeEndpoint()
 	if s.ownsSrv && s.Server != nil {
 		s.Server.Shutdown()
 	}

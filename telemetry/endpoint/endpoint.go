@@ -19,8 +19,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/resource"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/telemetry/otelmetrics"
@@ -34,6 +36,9 @@ type Options struct {
 	Pprof bool
 	// Logger receives the server's errors (default: none).
 	Logger zerolog.Logger
+	// Service is the service.name of the metrics' resource (target_info),
+	// default "streamwal".
+	Service string
 }
 
 // Endpoint is a running HTTP server of a process's operational endpoints.
@@ -58,7 +63,11 @@ func Start(o Options) (*Endpoint, error) {
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeInternal, "prometheus exporter: %v", err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	if o.Service == "" {
+		o.Service = "streamwal"
+	}
+	res := resource.NewSchemaless(attribute.String("service.name", o.Service))
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res))
 	m, err := otelmetrics.New(provider)
 	if err != nil {
 		_ = provider.Shutdown(context.Background())
