@@ -36,9 +36,10 @@ type Backend interface {
 // SegmentStore keeps the messages of flushed segments in object storage
 // (DESIGN.md §10).
 type SegmentStore interface {
-	// WriteSegment stores msgs as the flushed segment m describes; it
-	// computes the manifest's checksum and is idempotent.
-	WriteSegment(ctx context.Context, m SegmentManifest, msgs []*messages.ImmutableMessage) error
+	// WriteSegment stores the messages msgs yields as the flushed segment
+	// m describes, as they come; it computes the manifest's checksum, and
+	// does not write a segment whose range is stored already.
+	WriteSegment(ctx context.Context, m SegmentManifest, msgs Messages) error
 	// Segments lists the flushed segments of v, by segment ID.
 	Segments(ctx context.Context, v streamwal.VChannel) ([]SegmentManifest, error)
 	// ReadSegment reads one flushed segment and verifies its checksum.

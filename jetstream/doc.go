@@ -177,6 +177,9 @@
 // framing: one object per segment (streamwal.SegmentObjectName), its
 // [SegmentManifest] as JSON in the object's metadata, its checksum the
 // SHA-256 of the object. The messages are re-encoded from their immutable
-// form and checked to decode back to themselves. Segments lists the whole
-// object store.
+// form and checked to decode back to themselves. They are uploaded as
+// they are read, so a segment of any size takes constant memory; the
+// manifest is added to the object last, and an object without one (an
+// upload cut short) is neither listed nor read, and is replaced by the
+// next write. Segments lists the whole object store.
 package jetstream

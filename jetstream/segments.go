@@ -3,9 +3,14 @@ package jetstream
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
+	"iter"
 	"maps"
 	"reflect"
 	"slices"
@@ -49,42 +54,62 @@ type SegmentManifest struct {
 
 var _ SegmentStore = (*JetStream)(nil)
 
+// Messages is a sequence of messages read one at a time (a read of the
+// stream, or a slice through [MessagesOf]); a non-nil error ends it.
+type Messages = iter.Seq2[*messages.ImmutableMessage, error]
+
+// MessagesOf yields the messages of a slice.
+func MessagesOf(msgs []*messages.ImmutableMessage) Messages {
+	return func(yield func(*messages.ImmutableMessage, error) bool) {
+		for _, m := range msgs {
+			if !yield(m, nil) {
+				return
+			}
+		}
+	}
+}
+
 // WriteSegment implements SegmentStore: one object (named by
 // streamwal.SegmentObjectName) holds the framed messages, its metadata the
-// manifest. The message range, TimeTicks and count are taken from msgs
-// (a value the caller set must agree); writing the same segment again with
-// the same messages changes nothing, with others replaces it.
-func (b *JetStream) WriteSegment(ctx context.Context, m SegmentManifest, msgs []*messages.ImmutableMessage) error {
+// manifest. The messages are framed and uploaded as msgs yields them, so
+// that a segment of any size is written in constant memory; the range,
+// TimeTicks, count, bytes and checksum are taken from them (a value the
+// caller set must agree, or nothing is stored). The manifest is added to
+// the object once every message is stored: an object without one is an
+// unfinished write, which Segments and ReadSegment do not see and the
+// next write replaces. A segment whose range (m.FirstID and m.LastID, as
+// recovery storage gives them) is stored already is not written again; a
+// write without a range replaces what is stored.
+func (b *JetStream) WriteSegment(ctx context.Context, m SegmentManifest, msgs Messages) error {
 	v, err := b.segmentVChannel(m.VChannel)
 	if err != nil {
 		return err
 	}
-	if err := fillManifest(&m, v, msgs); err != nil {
-		return err
-	}
-	data := appendFrameHeader(nil)
-	for _, msg := range msgs {
-		wire, err := b.wireOf(msg)
-		if err != nil {
-			return err
-		}
-		data = appendFrame(data, msg.ID(), wire.Subject, wire.Header, wire.Data)
-	}
-	m.Checksum = checksum(data)
 	name := streamwal.SegmentObjectName(v, m.Segment)
-	if old, err := b.objectInfo(ctx, name); err == nil {
-		if prev, err := manifestOf(old); err == nil && prev == m {
-			return nil
-		}
-	} else if !errors.Is(err, njs.ErrObjectNotFound) {
+	if stored, err := b.segmentStored(ctx, name, m); err != nil || stored {
 		return err
 	}
-	meta, err := json.Marshal(m)
+	obs, err := b.objects(ctx)
 	if err != nil {
-		return streamwal.Errorf(streamwal.CodeInternal, "segment %s/%d: %v", v, m.Segment, err)
+		return err
 	}
-	_, err = b.putObject(ctx, name, data, map[string]string{manifestKey: string(meta)})
-	return err
+	pr, pw := io.Pipe()
+	fr := &segmentFramer{b: b, v: v, m: m, sum: sha256.New()}
+	framed := make(chan error, 1)
+	go func() {
+		err := fr.run(pw, msgs)
+		_ = pw.CloseWithError(err)
+		framed <- err
+	}()
+	_, err = obs.Put(ctx, njs.ObjectMeta{Name: name, Opts: &njs.ObjectMetaOptions{ChunkSize: objectChunk}}, pr)
+	_ = pr.CloseWithError(errSegmentAbandoned) // unblocks the framer if Put gave up early
+	if ferr := <-framed; ferr != nil && !errors.Is(ferr, errSegmentAbandoned) {
+		return ferr
+	}
+	if err != nil {
+		return classify(fmt.Errorf("put segment %s: %w", name, err))
+	}
+	return b.finishSegment(ctx, obs, name, fr.m)
 }
 
 // segmentVChannel parses a manifest's VChannel, of a PChannel b serves.
@@ -99,55 +124,142 @@ func (b *JetStream) segmentVChannel(name string) (streamwal.VChannel, error) {
 	return v, nil
 }
 
-// fillManifest checks msgs against m and fills what they determine.
-func fillManifest(m *SegmentManifest, v streamwal.VChannel, msgs []*messages.ImmutableMessage) error {
-	if m.Count != 0 && m.Count != len(msgs) {
-		return invalidArg("segment %s/%d: manifest counts %d messages, %d given", v, m.Segment, m.Count, len(msgs))
+// errSegmentAbandoned ends the framing of a segment whose upload failed.
+var errSegmentAbandoned = errors.New("segment upload abandoned")
+
+// segmentStored reports whether the object name holds a finished segment
+// of m's range (when m gives one).
+func (b *JetStream) segmentStored(ctx context.Context, name string, m SegmentManifest) (bool, error) {
+	if m.FirstID == 0 || m.LastID == 0 {
+		return false, nil
 	}
-	m.Count = len(msgs)
-	var bytes uint64
-	for i, msg := range msgs {
-		switch {
-		case msg == nil:
-			return invalidArg("segment %s/%d: message %d is nil", v, m.Segment, i)
-		case msg.VChannel() != v:
-			return invalidArg("segment %s/%d: message %d is of %q", v, m.Segment, msg.ID(), msg.VChannel())
-		case i > 0 && msg.ID() <= msgs[i-1].ID():
-			return invalidArg("segment %s/%d: message %d after %d", v, m.Segment, msg.ID(), msgs[i-1].ID())
+	old, err := b.objectInfo(ctx, name)
+	if errors.Is(err, njs.ErrObjectNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	prev, err := manifestOf(old)
+	if err != nil {
+		return false, nil // unfinished: write it again
+	}
+	return prev.VChannel == m.VChannel && prev.Segment == m.Segment && prev.FirstID == m.FirstID && prev.LastID == m.LastID, nil
+}
+
+// finishSegment adds the manifest m to the uploaded object name.
+func (b *JetStream) finishSegment(ctx context.Context, obs njs.ObjectStore, name string, m SegmentManifest) error {
+	meta, err := json.Marshal(m)
+	if err != nil {
+		return streamwal.Errorf(streamwal.CodeInternal, "segment %s/%d: %v", m.VChannel, m.Segment, err)
+	}
+	if err := obs.UpdateMeta(ctx, name, njs.ObjectMeta{Name: name, Metadata: map[string]string{manifestKey: string(meta)}}); err != nil {
+		return classify(fmt.Errorf("manifest of segment %s: %w", name, err))
+	}
+	return nil
+}
+
+// segmentFramer frames a segment's messages into its object as they
+// come, checking them against the manifest and completing it.
+type segmentFramer struct {
+	b     *JetStream
+	v     streamwal.VChannel
+	m     SegmentManifest
+	sum   hash.Hash
+	count int
+	bytes uint64
+	first *messages.ImmutableMessage
+	last  *messages.ImmutableMessage
+}
+
+// run writes the framed messages to w; an error leaves the object
+// unwritten (the upload fails with it).
+func (f *segmentFramer) run(w io.Writer, msgs Messages) error {
+	out := io.MultiWriter(w, f.sum)
+	buf := appendFrameHeader(nil)
+	if _, err := out.Write(buf); err != nil {
+		return err
+	}
+	for msg, err := range msgs {
+		if err != nil {
+			return fmt.Errorf("segment %s/%d: read: %w", f.v, f.m.Segment, err)
 		}
-		bytes += uint64(len(msg.Payload()))
+		if err := f.check(msg); err != nil {
+			return err
+		}
+		wire, err := f.b.wireOf(msg)
+		if err != nil {
+			return err
+		}
+		buf = appendFrame(buf[:0], msg.ID(), wire.Subject, wire.Header, wire.Data)
+		if _, err := out.Write(buf); err != nil {
+			return err
+		}
 	}
+	return f.complete()
+}
+
+// check takes the next message of the segment.
+func (f *segmentFramer) check(msg *messages.ImmutableMessage) error {
+	switch {
+	case msg == nil:
+		return invalidArg("segment %s/%d: message %d is nil", f.v, f.m.Segment, f.count)
+	case msg.VChannel() != f.v:
+		return invalidArg("segment %s/%d: message %d is of %q", f.v, f.m.Segment, msg.ID(), msg.VChannel())
+	case f.last != nil && msg.ID() <= f.last.ID():
+		return invalidArg("segment %s/%d: message %d after %d", f.v, f.m.Segment, msg.ID(), f.last.ID())
+	}
+	if f.first == nil {
+		f.first = msg
+	}
+	f.last = msg
+	f.count++
+	f.bytes += uint64(len(msg.Payload()))
+	return nil
+}
+
+// complete fills the manifest from the messages framed, once all were.
+func (f *segmentFramer) complete() error {
+	m := &f.m
+	if m.Count != 0 && m.Count != f.count {
+		return invalidArg("segment %s/%d: manifest counts %d messages, %d given", f.v, m.Segment, m.Count, f.count)
+	}
+	m.Count = f.count
 	if m.Bytes == 0 {
-		m.Bytes = bytes
+		m.Bytes = f.bytes
 	}
-	if len(msgs) == 0 {
+	m.Checksum = hex.EncodeToString(f.sum.Sum(nil))
+	if f.count == 0 {
 		return nil
 	}
-	first, last := msgs[0], msgs[len(msgs)-1]
-	for _, f := range []struct {
+	for _, c := range []struct {
 		what string
 		have *uint64
 		from uint64
 	}{
-		{"first id", (*uint64)(&m.FirstID), uint64(first.ID())},
-		{"last id", (*uint64)(&m.LastID), uint64(last.ID())},
-		{"first time tick", (*uint64)(&m.FirstTimeTick), uint64(first.TimeTick())},
-		{"last time tick", (*uint64)(&m.LastTimeTick), uint64(last.TimeTick())},
+		{"first id", (*uint64)(&m.FirstID), uint64(f.first.ID())},
+		{"last id", (*uint64)(&m.LastID), uint64(f.last.ID())},
+		{"first time tick", (*uint64)(&m.FirstTimeTick), uint64(f.first.TimeTick())},
+		{"last time tick", (*uint64)(&m.LastTimeTick), uint64(f.last.TimeTick())},
 	} {
-		if *f.have != 0 && *f.have != f.from {
-			return invalidArg("segment %s/%d: manifest %s %d, the messages say %d", v, m.Segment, f.what, *f.have, f.from)
+		if *c.have != 0 && *c.have != c.from {
+			return invalidArg("segment %s/%d: manifest %s %d, the messages say %d", f.v, m.Segment, c.what, *c.have, c.from)
 		}
-		*f.have = f.from
+		*c.have = c.from
 	}
 	return nil
 }
+
+// errUnfinishedSegment: a segment object without a manifest, whose
+// upload did not finish.
+var errUnfinishedSegment = errors.New("no manifest: an unfinished upload")
 
 // manifestOf reads the manifest from an object's metadata.
 func manifestOf(info *njs.ObjectInfo) (SegmentManifest, error) {
 	var m SegmentManifest
 	raw, ok := info.Metadata[manifestKey]
 	if !ok {
-		return m, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment object %s has no manifest", info.Name)
+		return m, fmt.Errorf("segment object %s: %w", info.Name, errUnfinishedSegment)
 	}
 	if err := json.Unmarshal([]byte(raw), &m); err != nil {
 		return m, streamwal.Errorf(streamwal.CodeUnrecoverable, "segment object %s: manifest: %v", info.Name, err)
@@ -178,6 +290,9 @@ func (b *JetStream) Segments(ctx context.Context, v streamwal.VChannel) ([]Segme
 			continue
 		}
 		m, err := manifestOf(info)
+		if errors.Is(err, errUnfinishedSegment) {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -204,6 +319,9 @@ func (b *JetStream) ReadSegment(ctx context.Context, v streamwal.VChannel, id in
 		return SegmentManifest{}, nil, err
 	}
 	m, err := manifestOf(info)
+	if errors.Is(err, errUnfinishedSegment) {
+		return SegmentManifest{}, nil, invalidArg("segment %s/%d: %w (%w)", v, id, ErrNoSegment, err)
+	}
 	if err != nil {
 		return SegmentManifest{}, nil, err
 	}

@@ -88,11 +88,11 @@ func TestSegments(t *testing.T) {
 	}
 	for _, id := range []int64{30, 4} {
 		m := jetstream.SegmentManifest{VChannel: v.String(), Segment: id, Partition: 7, Reason: "capacity"}
-		if err := e.b.WriteSegment(e.ctx, m, segs[id]); err != nil {
+		if err := e.b.WriteSegment(e.ctx, m, jetstream.MessagesOf(segs[id])); err != nil {
 			t.Fatalf("write segment %d: %v", id, err)
 		}
 	}
-	if err := e.b.WriteSegment(e.ctx, jetstream.SegmentManifest{VChannel: other.String(), Segment: 1}, nil); err != nil {
+	if err := e.b.WriteSegment(e.ctx, jetstream.SegmentManifest{VChannel: other.String(), Segment: 1}, jetstream.MessagesOf(nil)); err != nil {
 		t.Fatalf("write an empty segment: %v", err)
 	}
 	list, err := e.b.Segments(e.ctx, v)
@@ -118,7 +118,6 @@ func TestSegments(t *testing.T) {
 	}
 	sameMessages(t, "segment 30", gotMsgs, msgs)
 
-	// Writing it again changes nothing.
 	obs, err := njs.New(e.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +131,11 @@ func TestSegments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.b.WriteSegment(e.ctx, jetstream.SegmentManifest{VChannel: v.String(), Segment: 30, Partition: 7, Reason: "capacity"}, msgs); err != nil {
+	// Writing it again (the same range, as recovery storage gives it)
+	// changes nothing.
+	again := jetstream.SegmentManifest{VChannel: v.String(), Segment: 30, Partition: 7, Reason: "capacity",
+		FirstID: msgs[0].ID(), LastID: msgs[len(msgs)-1].ID()}
+	if err := e.b.WriteSegment(e.ctx, again, jetstream.MessagesOf(msgs)); err != nil {
 		t.Fatal(err)
 	}
 	if after, err := store.GetInfo(e.ctx, name); err != nil || after.NUID != before.NUID {
@@ -175,8 +178,75 @@ func TestWriteSegmentRefuses(t *testing.T) {
 		{"a wrong first id", jetstream.SegmentManifest{VChannel: v.String(), FirstID: 3}, msgs},
 		{"a wrong last time tick", jetstream.SegmentManifest{VChannel: v.String(), LastTimeTick: 3}, msgs},
 	} {
-		if err := e.b.WriteSegment(e.ctx, c.m, c.msgs); !errors.Is(err, streamwal.ErrInvalidArgument) {
+		if err := e.b.WriteSegment(e.ctx, c.m, jetstream.MessagesOf(c.msgs)); !errors.Is(err, streamwal.ErrInvalidArgument) {
 			t.Errorf("write a segment with %s: %v", c.what, err)
 		}
+		if _, _, err := e.b.ReadSegment(e.ctx, v, 0); !errors.Is(err, jetstream.ErrNoSegment) {
+			t.Errorf("after the refused write of a segment with %s: %v", c.what, err)
+		}
 	}
+	if list, err := e.b.Segments(e.ctx, v); err != nil || len(list) != 0 {
+		t.Errorf("segments after refused writes: %+v, %v", list, err)
+	}
+}
+
+// TestWriteSegmentStreams: a segment is uploaded as its messages come; a
+// read that fails half way stores nothing and leaves the segment stored
+// before as it was, and an upload that never got its manifest (a crash
+// between the two) is not listed and is replaced by the next write.
+func TestWriteSegmentStreams(t *testing.T) {
+	e := newArchiveEnv(t, jetstream.Options{})
+	p := e.pchannel(7)
+	v, _ := p.VChannel(13, 0)
+	msgs := segmentMessages(t, e.codec, v, 5, 10)
+	m := jetstream.SegmentManifest{VChannel: v.String(), Segment: 5}
+	if err := e.b.WriteSegment(e.ctx, m, jetstream.MessagesOf(msgs)); err != nil {
+		t.Fatal(err)
+	}
+	broken := errors.New("stream read failed")
+	failing := func(yield func(*messages.ImmutableMessage, error) bool) {
+		for _, msg := range msgs[:len(msgs)/2] {
+			if !yield(msg, nil) {
+				return
+			}
+		}
+		yield(nil, broken)
+	}
+	if err := e.b.WriteSegment(e.ctx, m, failing); !errors.Is(err, broken) {
+		t.Errorf("write of a segment whose read fails: %v", err)
+	}
+	_, got, err := e.b.ReadSegment(e.ctx, v, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, "segment 5 after a failed rewrite", got, msgs)
+
+	// An object without its manifest: invisible, then replaced.
+	obs, err := njs.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := obs.ObjectStore(e.ctx, e.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := streamwal.SegmentObjectName(v, 6)
+	if _, err := store.Put(e.ctx, njs.ObjectMeta{Name: name}, bytes.NewReader([]byte("SWAL\x01half"))); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := e.b.Segments(e.ctx, v); err != nil || len(list) != 1 || list[0].Segment != 5 {
+		t.Errorf("segments with an unfinished upload: %+v, %v", list, err)
+	}
+	if _, _, err := e.b.ReadSegment(e.ctx, v, 6); !errors.Is(err, jetstream.ErrNoSegment) {
+		t.Errorf("read of an unfinished segment: %v", err)
+	}
+	six := segmentMessages(t, e.codec, v, 6, 100)
+	full := jetstream.SegmentManifest{VChannel: v.String(), Segment: 6, FirstID: six[0].ID(), LastID: six[len(six)-1].ID()}
+	if err := e.b.WriteSegment(e.ctx, full, jetstream.MessagesOf(six)); err != nil {
+		t.Fatal(err)
+	}
+	if _, got, err = e.b.ReadSegment(e.ctx, v, 6); err != nil {
+		t.Fatal(err)
+	}
+	sameMessages(t, "segment 6", got, six)
 }

@@ -102,9 +102,9 @@
 // is in flight); the seal policies of package shard run every sync
 // interval. A sealed segment whose inserts all resolved and that no open
 // transaction holds gets a Flush, appended by the WAL; once the ledger
-// consumed that Flush, the storage loop reads the segment's inserts from
-// the stream, writes them with a manifest to the object store (Tiers),
-// and only then marks the segment flushed in the metadata.
+// consumed that Flush, the tiering loop streams the segment's inserts from
+// the stream to the object store with a manifest (Tiers), in constant
+// memory, and only then marks the segment flushed in the metadata.
 //
 // # Truncation
 //

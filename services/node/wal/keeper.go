@@ -218,50 +218,54 @@ func (w *WAL) storeSegments(ctx context.Context) {
 	}
 }
 
-// storeSegment reads segment s's inserts from the stream and writes them
-// with their manifest (WriteSegment checks the ranges against the
-// messages and counts their bytes).
+// storeSegment streams segment s's inserts from the stream to the object
+// store with their manifest (WriteSegment checks the ranges against the
+// messages and counts their bytes): a segment of any size is stored in
+// constant memory.
 func (w *WAL) storeSegment(ctx context.Context, s shard.Segment) error {
-	msgs, err := w.segmentMessages(ctx, s)
-	if err != nil {
-		return err
-	}
+	ctx, cancel := context.WithTimeout(ctx, segmentStoreTimeout)
+	defer cancel()
 	return w.st.cfg.Tiers.WriteSegment(ctx, jetstream.SegmentManifest{
 		VChannel: s.VChannel.String(), Segment: s.ID, Partition: s.Partition,
 		FirstID: s.First, LastID: s.Last, FirstTimeTick: s.FirstTT, LastTimeTick: s.LastTT,
-		Count: len(msgs), Reason: string(s.Reason),
-	}, msgs)
+		Reason: string(s.Reason),
+	}, w.segmentMessages(ctx, s))
 }
 
-// segmentMessages reads the inserts of segment s from its VChannel.
-func (w *WAL) segmentMessages(ctx context.Context, s shard.Segment) ([]*messages.ImmutableMessage, error) {
-	if s.First == 0 {
-		return nil, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{
-		Start: jetstream.From(s.First), Filters: w.codec.Cluster().VChannelFilter(s.VChannel)})
-	if err != nil {
-		return nil, err
-	}
-	defer sc.Close()
-	var out []*messages.ImmutableMessage
-	for m, err := range sc.All(ctx) {
+// segmentStoreTimeout bounds the storing of one segment (a segment of a
+// million inserts is read and written in seconds).
+const segmentStoreTimeout = 5 * time.Minute
+
+// segmentMessages reads the inserts of segment s from its VChannel, one at
+// a time.
+func (w *WAL) segmentMessages(ctx context.Context, s shard.Segment) jetstream.Messages {
+	return func(yield func(*messages.ImmutableMessage, error) bool) {
+		if s.First == 0 {
+			return
+		}
+		sc, err := w.cfg.Backend.Read(ctx, w.cfg.PChannel, jetstream.ReadOptions{
+			Start: jetstream.From(s.First), Filters: w.codec.Cluster().VChannelFilter(s.VChannel)})
 		if err != nil {
-			return nil, err
+			yield(nil, err)
+			return
 		}
-		if m.ID() > s.Last {
-			break
-		}
-		if d, ok := m.DML(); m.Type() == messages.TypeInsert && ok && d.SegmentID == s.ID {
-			out = append(out, m)
-		}
-		if m.ID() == s.Last {
-			break
+		defer sc.Close()
+		for m, err := range sc.All(ctx) {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			if m.ID() > s.Last {
+				return
+			}
+			if d, ok := m.DML(); m.Type() == messages.TypeInsert && ok && d.SegmentID == s.ID && !yield(m, nil) {
+				return
+			}
+			if m.ID() == s.Last {
+				return
+			}
 		}
 	}
-	return out, nil
 }
 
 // truncate purges the stream below the smallest of: the persisted

@@ -31,7 +31,7 @@ const (
 type Tiers interface {
 	State(ctx context.Context, p streamwal.PChannel) (jetstream.StreamState, error)
 	Advance(ctx context.Context, p streamwal.PChannel, next messages.MessageID) error
-	WriteSegment(ctx context.Context, m jetstream.SegmentManifest, msgs []*messages.ImmutableMessage) error
+	WriteSegment(ctx context.Context, m jetstream.SegmentManifest, msgs jetstream.Messages) error
 }
 
 // Storage turns on recovery storage, shard management and truncation

@@ -57,7 +57,7 @@ type flakyTiers struct {
 	tried atomic.Int64
 }
 
-func (f *flakyTiers) WriteSegment(ctx context.Context, m jetstream.SegmentManifest, msgs []*messages.ImmutableMessage) error {
+func (f *flakyTiers) WriteSegment(ctx context.Context, m jetstream.SegmentManifest, msgs jetstream.Messages) error {
 	if f.down.Load() {
 		f.tried.Add(1)
 		return errStoreDown
