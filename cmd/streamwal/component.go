@@ -42,6 +42,7 @@ type componentFlags struct {
 	id       string
 	replicas int
 	logLevel string
+	metrics  metricsFlags
 }
 
 // add registers the shared flags on cmd; idHelp explains --id.
@@ -53,6 +54,7 @@ func (f *componentFlags) add(cmd *cobra.Command, idHelp string) {
 	fl.IntVar(&f.replicas, "replicas", 1, "replicas of the streams and buckets it creates: 1 on a single server, 3 on a NATS cluster\n"+
 		"(env STREAMWAL_REPLICAS); more than the servers can keep is an error at start")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
+	f.metrics.add(fl)
 }
 
 // component is what a started component's process shares: its cluster,
@@ -78,6 +80,9 @@ func (f *componentFlags) parseCommon(cmd *cobra.Command) (streamwal.Cluster, zer
 		return "", 0, fmt.Errorf("%s must be 1 to %d, got %d", origin(fs, "replicas"), maxReplicas, f.replicas)
 	}
 	if _, err := f.natsOptions(fs); err != nil {
+		return "", 0, err
+	}
+	if err := f.metrics.check(); err != nil {
 		return "", 0, err
 	}
 	return cluster, level, nil

@@ -85,6 +85,11 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 		return err
 	}
 	log := newLogger(cmd, level)
+	ep, hooks, err := f.metrics.start(log, cmd.OutOrStdout())
+	if err != nil {
+		return err
+	}
+	defer closeEndpoint(ep)
 	ctx := cmd.Context()
 	nc, err := f.connectComponent(ctx, cmd, logging.Component(log, "coord").With().Str("coord", id).Logger(), "streamwal-coord-"+id)
 	if err != nil {
@@ -94,10 +99,11 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c, err := coord.Start(startCtx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
-		Replicas: f.replicas, Logger: log})
+		Replicas: f.replicas, Logger: log, Hooks: hooks})
 	if err != nil {
 		return fmt.Errorf("start coordinator %s: %w", id, explainReplicas(err, nc, f.replicas))
 	}
+	setReady(ep, c.Ready)
 	printReady(cmd.OutOrStdout(), "coordinator", id, cluster, describeServer(nc),
 		fmt.Sprintf("replicas %d, %d PChannels if the cluster is new", f.replicas, f.pchannels))
 	<-ctx.Done()

@@ -20,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // nodeFlags are the flags of `streamwal node`.
@@ -111,6 +112,11 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 	}
 	defer release()
 	log := newLogger(cmd, level)
+	ep, hooks, err := f.metrics.start(log, cmd.OutOrStdout())
+	if err != nil {
+		return err
+	}
+	defer closeEndpoint(ep)
 	ctx := cmd.Context()
 	nc, err := f.connectComponent(ctx, cmd, nodeLog(log, id), "streamwal-node-"+string(id))
 	if err != nil {
@@ -118,10 +124,11 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 	}
 	defer nc.Close()
 	n, gc, err := startNode(ctx, log, nc, nodeSettings{cluster: cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit})
+		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks})
 	if err != nil {
 		return err
 	}
+	setReady(ep, n.Ready)
 	printReady(cmd.OutOrStdout(), "node", string(id), cluster, describeServer(nc),
 		fmt.Sprintf("replicas %d, %s, session %s", f.replicas, gc, n.Session()))
 	<-ctx.Done()
@@ -154,6 +161,8 @@ type nodeSettings struct {
 	retain      time.Duration
 	dupWindow   time.Duration
 	groupCommit string
+	// hooks receive the node's (and serve's coordinator's) telemetry.
+	hooks telemetry.Hooks
 }
 
 // startNode waits for a coordinator to have created the cluster (for as
@@ -171,7 +180,7 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	gc, why := decideGroupCommit(ctx, nodeLog(log, s.id), nc, s.groupCommit, s.replicas)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log,
+	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks,
 		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
 		Recovery: withReplicas(retention(s.retain), s.replicas)})
 	if err != nil {

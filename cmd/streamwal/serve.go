@@ -42,6 +42,7 @@ type serveFlags struct {
 	id          string
 	replicas    int
 	groupCommit string
+	metrics     metricsFlags
 }
 
 // serveEmbeddedFlags are the flags that configure the embedded server,
@@ -127,6 +128,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.id, "id", "", "with --server: the node's ID, the same at every start (default serve-<host name>)")
 	fl.IntVar(&f.replicas, "replicas", 1, "with --server: replicas of the streams and buckets (1 on a single server, 3 on a NATS cluster)")
 	fl.StringVar(&f.groupCommit, "group-commit", groupCommitAuto, "with --server: auto, on or off (as for the node command: see its help)")
+	f.metrics.add(fl)
 	return cmd
 }
 
@@ -160,6 +162,9 @@ func (f *serveFlags) parse(fs *pflag.FlagSet) (serveConfig, error) {
 	}
 	if f.pchannels <= 0 {
 		return serveConfig{}, fmt.Errorf("--pchannels must be positive, got %d", f.pchannels)
+	}
+	if err := f.metrics.check(); err != nil {
+		return serveConfig{}, err
 	}
 	return serveConfig{cluster: cluster, level: level}, nil
 }
@@ -255,6 +260,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
+		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
 		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim},
 		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}}})
 	if err != nil {
@@ -320,6 +326,9 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 	fmt.Fprintf(out, "  inspect:     nats --server %s stream ls\n", url)
 	if m := s.srv.MonitorURL(); m != "" {
 		fmt.Fprintf(out, "  monitoring:  %s (/varz, /jsz, /connz)\n", m)
+	}
+	if a := s.sys.MetricsAddr(); a != "" {
+		fmt.Fprintf(out, "  metrics:     http://%s/metrics (/healthz, /readyz)\n", a)
 	}
 	fmt.Fprintf(out, "  report:      %s\n", s.sysUser.reportCommand(url))
 	s.auth.printBanner(out)

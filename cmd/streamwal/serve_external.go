@@ -36,7 +36,7 @@ type externalServing struct {
 // runServeExternal runs serve's coordinator and node on the servers of
 // --server until the command's context ends.
 func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error {
-	cf := componentFlags{natsFlags: f.natsFlags, cluster: f.cluster, id: f.id, replicas: f.replicas, logLevel: f.logLevel}
+	cf := componentFlags{natsFlags: f.natsFlags, cluster: f.cluster, id: f.id, replicas: f.replicas, logLevel: f.logLevel, metrics: f.metrics}
 	if _, _, err := cf.parseCommon(cmd); err != nil {
 		return err
 	}
@@ -52,11 +52,17 @@ func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error 
 		return fmt.Errorf("--id: %w", err)
 	}
 	log := newLogger(cmd, cfg.level)
-	s, err := startExternal(cmd, &cf, log, cfg, nodeSettings{cluster: cfg.cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit}, f.pchannels)
+	ep, hooks, err := f.metrics.start(log, cmd.OutOrStdout())
 	if err != nil {
 		return err
 	}
+	defer closeEndpoint(ep)
+	s, err := startExternal(cmd, &cf, log, cfg, nodeSettings{cluster: cfg.cluster, id: id, replicas: f.replicas,
+		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks}, f.pchannels)
+	if err != nil {
+		return err
+	}
+	setReady(ep, func() error { return errors.Join(s.coord.Ready(), s.node.Ready()) })
 	s.printBanner(cmd.OutOrStdout(), f)
 	<-cmd.Context().Done()
 	fmt.Fprintln(cmd.OutOrStdout(), "shutting down")
@@ -96,7 +102,7 @@ func startExternal(cmd *cobra.Command, cf *componentFlags, log zerolog.Logger, c
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	s.coord, err = coord.Start(startCtx, coord.Config{Conn: s.coordNC, Cluster: cfg.cluster, ID: s.coordID,
-		PChannels: pchannels, Replicas: ns.replicas, Logger: log})
+		PChannels: pchannels, Replicas: ns.replicas, Logger: log, Hooks: ns.hooks})
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("start coordinator: %w", explainReplicas(err, s.coordNC, ns.replicas))
