@@ -390,3 +390,16 @@ func (hs Hooks) OnStorage(e StorageEvent) {
 		}
 	}
 }
+
+// IsFailure reports whether a request that ended with code failed
+// (the server could not do it: worth a warning in its log) rather than
+// was refused for what it asked (an invalid argument, a fenced term, a
+// lifecycle rule: a debug line). "" (success) is neither.
+func IsFailure(code streamwal.Code) bool {
+	switch code {
+	case streamwal.CodeInternal, streamwal.CodeUnavailable, streamwal.CodeUnknownOutcome,
+		streamwal.CodeUnrecoverable, streamwal.CodeHistoryLost, streamwal.CodeShuttingDown:
+		return true
+	}
+	return false
+}

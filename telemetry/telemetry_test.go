@@ -84,3 +84,12 @@ func BenchmarkNoHooks(b *testing.B) {
 		none.OnAppend(e)
 	}
 }
+
+// TestIsFailure: server-side failures are told from refusals.
+func TestIsFailure(t *testing.T) {
+	require.True(t, telemetry.IsFailure(streamwal.CodeUnavailable))
+	require.True(t, telemetry.IsFailure(streamwal.CodeInternal))
+	require.False(t, telemetry.IsFailure(streamwal.CodeInvalidArgument))
+	require.False(t, telemetry.IsFailure(streamwal.CodeFenced))
+	require.False(t, telemetry.IsFailure(""))
+}

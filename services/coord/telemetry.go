@@ -81,8 +81,8 @@ func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
 	return reply, err
 }
 
-// handleBroadcast serves a broadcast request (runBroadcast), reports it,
-// and logs one that failed (warn) or was refused (debug).
+// handleBroadcast serves a broadcast request (runBroadcast) and reports
+// it.
 func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
 	start := time.Now()
 	reply, err := t.runBroadcast(ctx, data)
@@ -90,13 +90,19 @@ func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
 	_ = wire.Decode(data, &req)
 	took := time.Since(start)
 	t.c.cfg.Hooks.OnBroadcast(telemetry.BroadcastEvent{Type: req.Type, Targets: len(req.VChannels), Took: took, Err: err})
-	if err != nil {
-		code := streamwal.CodeOf(err)
-		ev, what := t.log.Debug(), "broadcast refused"
-		if code.Retriable() || code == streamwal.CodeInternal || code == streamwal.CodeUnrecoverable {
-			ev, what = t.log.Warn(), "broadcast failed"
-		}
-		ev.Err(err).Str("type", req.Type).Strs("vchannels", req.VChannels).Dur("took", took).Msg(what)
-	}
 	return reply, err
+}
+
+// logRequest logs a request of op that ended with err: at warn when it
+// failed, at debug when it was refused.
+func (t *term) logRequest(op streamwal.CoordOp, err error) {
+	if err == nil {
+		return
+	}
+	code := streamwal.CodeOf(err)
+	if telemetry.IsFailure(code) {
+		t.log.Warn().Err(err).Str("op", string(op)).Str("code", string(code)).Msg("request failed")
+		return
+	}
+	t.log.Debug().Err(err).Str("op", string(op)).Str("code", string(code)).Msg("request refused")
 }

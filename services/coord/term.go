@@ -110,7 +110,7 @@ func (t *term) subscribe() error {
 		{streamwal.CoordBroadcast, t.handleBroadcast, true},
 		{streamwal.CoordBroadcastAck, t.handleBroadcastAck, true},
 	} {
-		sub, err := cl.Subscribe(t.c.cfg.Cluster.CoordSubject(h.op), t.serve(h.h, h.async))
+		sub, err := cl.Subscribe(t.c.cfg.Cluster.CoordSubject(h.op), t.serve(h.op, h.h, h.async))
 		if err != nil {
 			return streamwal.Errorf(streamwal.CodeUnavailable, "subscribe %s: %v", h.op, err)
 		}
@@ -123,9 +123,9 @@ func (t *term) subscribe() error {
 	return nil
 }
 
-// serve adapts a handler to a subscription; async handlers run in their
-// own goroutines.
-func (t *term) serve(h wire.Handler, async bool) nats.MsgHandler {
+// serve adapts a handler of op to a subscription, logging what it
+// failed or refused; async handlers run in their own goroutines.
+func (t *term) serve(op streamwal.CoordOp, h wire.Handler, async bool) nats.MsgHandler {
 	answer := func(m *nats.Msg) {
 		if !t.c.leaseHeld() || t.isDeposed() {
 			// The lease may have passed to a successor: answer nothing
@@ -137,6 +137,7 @@ func (t *term) serve(h wire.Handler, async bool) nats.MsgHandler {
 		if errors.Is(err, errDeposed) {
 			t.depose()
 		}
+		t.logRequest(op, err)
 		if rerr := wire.Respond(m, body, err); rerr != nil {
 			t.log.Debug().Err(rerr).Msg("reply")
 		}

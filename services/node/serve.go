@@ -61,7 +61,11 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 	reply, err := n.open(ctx, p, req.Term)
 	if err != nil {
 		n.noteOpen(p, req.Term, nil, start, err)
-		n.log.Warn().Err(err).Str("pchannel", p.String()).Uint64("term", req.Term).Msg("open failed")
+		ev, what := n.log.Debug(), "open refused"
+		if telemetry.IsFailure(streamwal.CodeOf(err)) {
+			ev, what = n.log.Warn(), "open failed"
+		}
+		ev.Err(err).Str("pchannel", p.String()).Uint64("term", req.Term).Msg(what)
 	}
 	return reply, err
 }

@@ -194,21 +194,10 @@ func (n *Node) appendOutcome(p streamwal.PChannel, total int, msgs []*messages.M
 		f := slices.MinFunc(fails, func(a, b failedMessage) int { return a.index - b.index })
 		code := streamwal.CodeOf(f.err)
 		ev, what := n.log.Debug(), "append refused"
-		if failure(code) {
+		if telemetry.IsFailure(code) {
 			ev, what = n.log.Warn(), "append failed"
 		}
 		ev.Err(f.err).Str("pchannel", p.String()).Str("code", string(code)).Int("message", f.index).
 			Int("failed", len(fails)).Int("messages", total).Dur("took", took).Msg(what)
 	}
-}
-
-// failure reports whether code says that the node failed a request (worth
-// a warning), rather than refused it for what it asked.
-func failure(code streamwal.Code) bool {
-	switch code {
-	case streamwal.CodeInternal, streamwal.CodeUnavailable, streamwal.CodeUnknownOutcome,
-		streamwal.CodeUnrecoverable, streamwal.CodeHistoryLost:
-		return true
-	}
-	return false
 }
