@@ -249,11 +249,14 @@ const (
 	BucketCheckpoints Bucket = "checkpoints"
 	// BucketReplication holds the replication topology and checkpoints.
 	BucketReplication Bucket = "replication"
+	// BucketSubscriptions holds the durable subscriptions of clients,
+	// their acknowledged positions and the leases of their groups.
+	BucketSubscriptions Bucket = "subscriptions"
 )
 
 // Buckets lists every KV bucket of a cluster.
 var Buckets = []Bucket{BucketLeader, BucketTSO, BucketNodes, BucketAssignments,
-	BucketVChannels, BucketBroadcast, BucketCheckpoints, BucketReplication}
+	BucketVChannels, BucketBroadcast, BucketCheckpoints, BucketReplication, BucketSubscriptions}
 
 // BucketName is the KV bucket name "wal_<c>_<b>".
 func (c Cluster) BucketName(b Bucket) string {
@@ -311,6 +314,44 @@ func BroadcastTaskKey(id uint64) string { return "task." + strconv.FormatUint(id
 
 // BroadcastTaskPrefix prefixes every broadcast task key.
 const BroadcastTaskPrefix = "task."
+
+// Keys of BucketSubscriptions: a durable subscription's record under
+// "sub.<name>", its acknowledged position on each of its VChannels under
+// "pos.<name>.<vchannel>", and, for a group, the lease of each VChannel
+// under "lease.<name>.<vchannel>".
+const (
+	// SubscriptionPrefix prefixes every subscription record key.
+	SubscriptionPrefix = "sub."
+	// SubscriptionPositionPrefix prefixes every position key.
+	SubscriptionPositionPrefix = "pos."
+	// SubscriptionLeasePrefix prefixes every group lease key.
+	SubscriptionLeasePrefix = "lease."
+)
+
+// MaxSubscriptionNameLen bounds the name of a durable subscription.
+const MaxSubscriptionNameLen = 64
+
+// CheckSubscriptionName validates the name of a durable subscription (or
+// group): 1 to 64 ASCII letters, digits or '-', starting with a letter or
+// digit, so that it is one token of a KV key.
+func CheckSubscriptionName(name string) error {
+	return checkWord("subscription name", name, MaxSubscriptionNameLen)
+}
+
+// SubscriptionKey is subscription name's record in BucketSubscriptions.
+func SubscriptionKey(name string) string { return SubscriptionPrefix + name }
+
+// SubscriptionPositionKey is the acknowledged position of subscription
+// name on v in BucketSubscriptions.
+func SubscriptionPositionKey(name string, v VChannel) string {
+	return SubscriptionPositionPrefix + name + "." + v.String()
+}
+
+// SubscriptionLeaseKey is the lease of group name on v in
+// BucketSubscriptions: the member that holds it reads v.
+func SubscriptionLeaseKey(name string, v VChannel) string {
+	return SubscriptionLeasePrefix + name + "." + v.String()
+}
 
 // Keys of a PChannel's recovery storage in BucketCheckpoints (DESIGN.md
 // §10), all under "pchannel.<p>.": the node writes the VChannel and segment

@@ -140,6 +140,7 @@ func TestBucketNames(t *testing.T) {
 	want := []streamwal.Bucket{
 		streamwal.BucketLeader, streamwal.BucketTSO, streamwal.BucketNodes, streamwal.BucketAssignments,
 		streamwal.BucketVChannels, streamwal.BucketBroadcast, streamwal.BucketCheckpoints, streamwal.BucketReplication,
+		streamwal.BucketSubscriptions,
 	}
 	require.ElementsMatch(t, want, streamwal.Buckets, "Buckets must list every bucket exactly once")
 
@@ -854,4 +855,26 @@ func TestServerJSZPingAnswersTheSystemAccount(t *testing.T) {
 	defer other.Close()
 	_, err = other.Request(streamwal.ServerJSZPing, []byte("{}"), 5*time.Second)
 	require.ErrorIs(t, err, nats.ErrNoResponders)
+}
+
+// TestSubscriptionKeys: a subscription's record, positions and leases are
+// distinct keys of valid KV tokens, and a bad name is refused.
+func TestSubscriptionKeys(t *testing.T) {
+	require.Equal(t, "wal_c1_subscriptions", streamwal.Cluster("c1").BucketName(streamwal.BucketSubscriptions))
+	p, err := streamwal.NewPChannel("pchan", 3)
+	require.NoError(t, err)
+	v, err := p.VChannel(42, 1)
+	require.NoError(t, err)
+	require.NoError(t, streamwal.CheckSubscriptionName("billing-1"))
+	require.Equal(t, "sub.billing-1", streamwal.SubscriptionKey("billing-1"))
+	require.Equal(t, "pos.billing-1.pchan-3_42v1", streamwal.SubscriptionPositionKey("billing-1", v))
+	require.Equal(t, "lease.billing-1.pchan-3_42v1", streamwal.SubscriptionLeaseKey("billing-1", v))
+	for _, k := range []string{streamwal.SubscriptionKey("a"), streamwal.SubscriptionPositionKey("a", v), streamwal.SubscriptionLeaseKey("a", v)} {
+		require.Regexp(t, `^[-/_=.a-zA-Z0-9]+$`, k)
+	}
+	for _, bad := range []string{"", "a.b", "a b", "-a", "a*", strings.Repeat("x", streamwal.MaxSubscriptionNameLen+1)} {
+		err := streamwal.CheckSubscriptionName(bad)
+		require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "%q", bad)
+		require.ErrorIs(t, err, streamwal.ErrInvalidName, "%q", bad)
+	}
 }

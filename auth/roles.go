@@ -139,6 +139,8 @@ func (s Spec) node() rules {
 	pub = append(pub, streamwal.KVWildcard(checkpoints))
 	nodes := c.BucketName(streamwal.BucketNodes)
 	pub = append(pub, read(streamwal.KVStreamName(nodes))...)
+	// Durable subscription positions hold the log: truncation reads them.
+	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketSubscriptions)))...)
 	pub = append(pub, streamwal.KVWildcard(nodes))
 	sub := []string{c.AppendWildcard(), streamwal.InboxWildcard, c.LiveWildcard()}
 	for _, op := range []streamwal.NodeOp{streamwal.NodeOpen, streamwal.NodeClose, streamwal.NodeStatus} {
@@ -155,7 +157,10 @@ var clientOps = []streamwal.CoordOp{streamwal.CoordStatus, streamwal.CoordBroadc
 // client: append requests, its coordinator requests, and reads: consumers
 // and gets on the WAL streams (with acknowledgements, for positions kept
 // in durable consumers), the object store (reads below a stream's
-// truncation point, flushed segments) and the checkpoints (status).
+// truncation point, flushed segments) and the checkpoints (status); and
+// the subscriptions bucket, where durable subscriptions keep their
+// positions and groups their leases (read and written: the only bucket a
+// client writes).
 func (s Spec) client() rules {
 	c := s.Cluster
 	pub := []string{c.AppendWildcard()}
@@ -168,6 +173,9 @@ func (s Spec) client() rules {
 	}
 	pub = append(pub, read(streamwal.ObjectStreamName(c.ObjectStoreName(streamwal.ObjectStoreSegments)))...)
 	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketCheckpoints)))...)
+	subs := c.BucketName(streamwal.BucketSubscriptions)
+	pub = append(pub, read(streamwal.KVStreamName(subs))...)
+	pub = append(pub, streamwal.KVWildcard(subs))
 	// The info of the lease bucket's stream: when no coordinator answers
 	// (a takeover), the client looks whether the cluster exists at all.
 	pub = append(pub, streamwal.JSAPISubject(streamwal.JSStreamInfo, streamwal.KVStreamName(c.BucketName(streamwal.BucketLeader))))

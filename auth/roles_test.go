@@ -236,6 +236,11 @@ func workload(t *testing.T, s *secured) {
 
 	tail, err := c.Read(ctx, client.ReadOptions{VChannel: v, Start: client.Latest(), Types: []*messages.Type{messages.TypeInsert}})
 	require.NoError(t, err)
+	// A durable subscription keeps its position in the subscriptions
+	// bucket, the one bucket a client writes.
+	sub, err := c.Subscribe(ctx, "roles", client.SubscribeVChannel(v), client.SubscribeTypes(messages.TypeInsert),
+		client.SubscribeStart(client.Latest()))
+	require.NoError(t, err)
 	m, err := c.Codec().New(messages.TypeInsert, v, []byte("tail"), messages.WithDML(0, 1))
 	require.NoError(t, err)
 	_, err = c.Append(ctx, m)
@@ -244,6 +249,15 @@ func workload(t *testing.T, s *secured) {
 	require.NoError(t, err)
 	require.Equal(t, "tail", string(got.Payload()))
 	require.NoError(t, tail.Close())
+	d, err := sub.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "tail", string(d.Message.Payload()))
+	require.NoError(t, d.Ack(ctx))
+	require.NoError(t, sub.Close())
+	subs, err := c.Subscriptions(ctx)
+	require.NoError(t, err)
+	require.Len(t, subs, 1)
+	require.Equal(t, d.Message.ID(), subs[0].Positions[0].ID)
 
 	// Read from the start: below the truncation point, through the
 	// archive. The nodes stop first, so that no truncation runs during

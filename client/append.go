@@ -38,15 +38,16 @@ func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) (
 	return c.AppendAsync(ctx, msgs...).Wait()
 }
 
-// AppendBytes appends each payload to v as one Insert message (the
-// common case: the caller's bytes, no properties), in the order given, and
+// AppendBytes appends each payload to v as one Insert message of one row
+// (the common case: the caller's bytes, no partition, no properties), in
+// the order given, and
 // returns where each landed, as Append does. v's collection must exist
 // (CreateCollection); other types and properties go through Codec().New
 // and Append.
 func (c *Client) AppendBytes(ctx context.Context, v streamwal.VChannel, payloads ...[]byte) ([]AppendResult, error) {
 	msgs := make([]*messages.MutableMessage, len(payloads))
 	for i, p := range payloads {
-		m, err := c.codec.New(messages.TypeInsert, v, p)
+		m, err := c.codec.New(messages.TypeInsert, v, p, messages.WithDML(0, 1))
 		if err != nil {
 			return nil, err
 		}

@@ -82,6 +82,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -172,6 +173,7 @@ type Client struct {
 
 	mu       sync.Mutex
 	batchers map[streamwal.PChannel]*batcher
+	subsKV   njs.KeyValue // the subscriptions bucket, once opened
 	closed   bool
 	wg       sync.WaitGroup
 }

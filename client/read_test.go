@@ -21,12 +21,16 @@ import (
 
 // newSmallSystem starts a cluster of one PChannel, so that every
 // collection's VChannel shares it.
-func newSmallSystem(t *testing.T) *system.System {
+func newSmallSystem(t *testing.T) *system.System { return newSystemOf(t, 1) }
+
+// newSystemOf starts a cluster of pchannels PChannels (and so collections
+// of up to that many shards).
+func newSystemOf(t *testing.T, pchannels int) *system.System {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Coord: coord.Config{PChannels: 1}, Node: node.Config{SyncInterval: syncInterval}})
+		Coord: coord.Config{PChannels: pchannels}, Node: node.Config{SyncInterval: syncInterval}})
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	_, err = s.WaitServing(ctx, false)

@@ -122,10 +122,15 @@ type RecoveryOptions struct {
 	TruncateInterval time.Duration
 	// Replicas of the checkpoints bucket (default 1).
 	Replicas int
+	// SubscriptionExpiry is how long a durable subscription's position
+	// that names no expiry of its own holds the log without an
+	// acknowledgement (default DefaultSubscriptionExpiry; negative:
+	// forever). Truncation never passes a position that holds.
+	SubscriptionExpiry time.Duration
 }
 
 // storage is the WAL storage configuration of the node's PChannels.
-func (n *Node) storage() *wal.Storage {
+func (n *Node) storage(p streamwal.PChannel) *wal.Storage {
 	if n.store == nil {
 		return nil
 	}
@@ -148,7 +153,8 @@ func (n *Node) storage() *wal.Storage {
 	}
 	sc := o.Shard
 	sc.Memory = n.memory
-	return &wal.Storage{Store: n.store, Tiers: n.be, Shard: sc, Cadence: o.Cadence, Retain: retain, TruncateInterval: o.TruncateInterval}
+	return &wal.Storage{Store: n.store, Tiers: n.be, Shard: sc, Cadence: o.Cadence, Retain: retain, TruncateInterval: o.TruncateInterval,
+		Holds: n.holds.For(p)}
 }
 
 // withDefaults validates c and fills in defaults.
@@ -180,6 +186,7 @@ type Node struct {
 	store   recovery.Store // nil with Recovery.Off
 	memory  *shard.Memory  // nil without a memory policy
 	local   localWALs      // the WALs served, for AppendLocal
+	holds   *subscriptionHolds
 
 	mu       sync.Mutex
 	channels map[streamwal.PChannel]*channel
@@ -232,6 +239,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.openRecovery(ctx); err != nil {
 		return nil, err
 	}
+	n.holds = newSubscriptionHolds(cfg.Codec.Cluster(), cfg.Recovery.SubscriptionExpiry, n.log)
 	if err := n.subscribe(); err != nil {
 		n.unsubscribe()
 		return nil, err
@@ -241,8 +249,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.noteBeat(nil)
-	n.loops.Add(1)
+	n.loops.Add(2)
 	go n.heartbeats()
+	go n.watchHolds()
 	return n, nil
 }
 

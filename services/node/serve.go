@@ -90,7 +90,7 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 		}
 	}
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
-		Oracle: n.oracle.For(p, term), SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage()})
+		Oracle: n.oracle.For(p, term), SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage(p)})
 	if err != nil {
 		return nil, err
 	}

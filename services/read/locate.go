@@ -9,7 +9,7 @@ import (
 	"github.com/streamwal/streamwal/messages"
 )
 
-// locate finds where a scanner starting at TimeTick t must begin: the
+// Locate finds where a reader starting at TimeTick t must begin: the
 // LastConfirmedMessageID of the first message with a TimeTick at or above
 // t, so that transactions begun earlier and committed later are assembled
 // too. Stream order is TimeTick order, so it binary-searches the stream
@@ -17,7 +17,7 @@ import (
 // of reading it from the start. A RecoveryBarrier is skipped over while
 // probing: its TimeTick is drawn before an earlier owner's last messages
 // may land, so it alone may be out of order.
-func locate(ctx context.Context, be jetstream.Backend, p streamwal.PChannel, t messages.TimeTick) (jetstream.StartPosition, error) {
+func Locate(ctx context.Context, be jetstream.Backend, p streamwal.PChannel, t messages.TimeTick) (jetstream.StartPosition, error) {
 	end, err := be.Read(ctx, p, jetstream.ReadOptions{Start: jetstream.Latest()})
 	if err != nil {
 		return jetstream.StartPosition{}, err

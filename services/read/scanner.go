@@ -90,7 +90,7 @@ func Open(ctx context.Context, o Options) (*Scanner, error) {
 	start := o.Start.Position
 	var err error
 	if o.Start.TimeTick != 0 {
-		if start, err = locate(ctx, o.Backend, o.PChannel, o.Start.TimeTick); err != nil {
+		if start, err = Locate(ctx, o.Backend, o.PChannel, o.Start.TimeTick); err != nil {
 			return nil, err
 		}
 	}

@@ -176,6 +176,26 @@ type Assignment = streamwal.Assignment
 // (streamwal.View).
 type View = streamwal.View
 
+// SubscriptionPosition is the stored value of
+// streamwal.SubscriptionPositionKey in the subscriptions bucket: a durable
+// subscription's acknowledged position on one VChannel, written by
+// clients and read by the owner of the VChannel's PChannel, whose
+// truncation never passes From (DESIGN.md §10).
+type SubscriptionPosition struct {
+	// VChannel is the VChannel it is about.
+	VChannel string `json:"vchannel"`
+	// From is where a resumed read starts (0: the earliest message).
+	From messages.MessageID `json:"from"`
+	// TimeTick and ID are the last acknowledged message's (0: none).
+	TimeTick messages.TimeTick  `json:"timetick"`
+	ID       messages.MessageID `json:"id"`
+	// Acked is when it was last acknowledged (or created).
+	Acked time.Time `json:"acked"`
+	// Expiry is how long it may stay unacknowledged and still hold the
+	// log (0: the node's default; negative: forever).
+	Expiry time.Duration `json:"expiry,omitempty"`
+}
+
 // Collections is the VChannel allocation: collection ID to its VChannels.
 type Collections struct {
 	Epoch       uint64              `json:"epoch"`
