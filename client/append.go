@@ -5,11 +5,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nuid"
-	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // AppendResult is where an appended message landed.
@@ -32,10 +32,10 @@ type AppendResult struct {
 // among themselves (see Order in the package doc). If the call fails,
 // what it stored is in call order too.
 func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]AppendResult, error) {
-	ctx, span := c.tracer.Start(ctx, "wal.dist_append")
-	defer span.End()
-	span.SetAttributes(attribute.Int("messages", len(msgs)))
-	return c.AppendAsync(ctx, msgs...).Wait()
+	ctx, end := c.traceAppend(ctx, msgs)
+	res, err := c.AppendAsync(ctx, msgs...).Wait()
+	end(err)
+	return res, err
 }
 
 // AppendBytes appends each payload to v as one Insert message of one row
@@ -109,6 +109,7 @@ func (c *Client) newEntry(ctx context.Context, m *messages.MutableMessage, retry
 	if err != nil {
 		return nil, err
 	}
+	oteltrace.Inject(ctx, m.Type(), nm.Header)
 	e := &entry{ctx: ctx, m: m, wm: wire.Message{Subject: nm.Subject, Header: nm.Header, Data: nm.Data},
 		retry: retry, done: make(chan struct{})}
 	e.size = wireSize(e.wm)

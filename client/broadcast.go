@@ -9,10 +9,13 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // BroadcastRequest is a message of a broadcast type for several channels.
@@ -45,7 +48,7 @@ type BroadcastResult struct {
 // Broadcast runs a broadcast through the coordinator, retrying through a
 // coordinator takeover until ctx ends.
 func (c *Client) Broadcast(ctx context.Context, req BroadcastRequest) (BroadcastResult, error) {
-	ctx, span := c.tracer.Start(ctx, "wal.broadcast")
+	ctx, span := c.tracer.Start(ctx, oteltrace.SpanBroadcast, trace.WithAttributes(broadcastAttributes(req)...))
 	defer span.End()
 	if req.Type == nil {
 		return BroadcastResult{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "broadcast without a type")
@@ -71,8 +74,11 @@ func (c *Client) Broadcast(ctx context.Context, req BroadcastRequest) (Broadcast
 	}
 	var reply wire.BroadcastReply
 	if err := c.callCoord(ctx, streamwal.CoordBroadcast, wreq, &reply); err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
 		return BroadcastResult{}, err
 	}
+	span.SetAttributes(oteltrace.AttrBroadcastID.Int64(int64(reply.ID)))
 	out := BroadcastResult{ID: reply.ID, Appended: map[string]AppendResult{}}
 	for name, r := range reply.Appended {
 		out.Appended[name] = resultOf(r)

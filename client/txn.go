@@ -5,8 +5,11 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // Txn is a transaction on one VChannel. Its messages are appended in the
@@ -17,6 +20,9 @@ type Txn struct {
 	c  *Client
 	v  streamwal.VChannel
 	tc messages.TxnContext
+	// span is the transaction's wal.txn span, parent of its messages'
+	// appends, ended with the transaction.
+	span trace.Span
 
 	mu    sync.Mutex
 	ended error
@@ -28,19 +34,23 @@ func (c *Client) BeginTxn(ctx context.Context, v streamwal.VChannel, keepalive t
 	if keepalive == 0 {
 		keepalive = messages.DefaultKeepalive
 	}
+	ctx, span := c.tracer.Start(ctx, oteltrace.SpanTxn, trace.WithAttributes(oteltrace.AttrMessageVChannel.String(v.String())))
 	m, err := c.codec.NewBody(messages.TypeBeginTxn, v, messages.BeginTxnBody{},
 		messages.WithTxn(messages.TxnContext{ID: 1, Keepalive: keepalive}))
 	if err != nil {
+		endSpan(span, err)
 		return nil, err
 	}
 	res, err := c.appendOnce(ctx, m)
+	if err == nil && res.Txn == nil {
+		err = streamwal.Errorf(streamwal.CodeInternal, "BeginTxn landed without a transaction id")
+	}
 	if err != nil {
+		endSpan(span, err)
 		return nil, err
 	}
-	if res.Txn == nil {
-		return nil, streamwal.Errorf(streamwal.CodeInternal, "BeginTxn landed without a transaction id")
-	}
-	return &Txn{c: c, v: v, tc: *res.Txn}, nil
+	span.SetAttributes(oteltrace.AttrTxnID.Int64(int64(res.Txn.ID)))
+	return &Txn{c: c, v: v, tc: *res.Txn, span: span}, nil
 }
 
 // Context is the transaction's ID and keepalive.
@@ -65,7 +75,7 @@ func (t *Txn) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]A
 		if err := m.SetTxn(&t.tc); err != nil {
 			return nil, err
 		}
-		e, err := t.c.newEntry(ctx, m, false)
+		e, err := t.c.newEntry(trace.ContextWithSpan(ctx, t.span), m, false)
 		if err != nil {
 			return nil, err
 		}
@@ -110,9 +120,12 @@ func (t *Txn) end(ctx context.Context, typ *messages.Type, body any) (AppendResu
 	t.mu.Unlock()
 	m, err := t.c.codec.NewBody(typ, t.v, body, messages.WithTxn(t.tc))
 	if err != nil {
+		endSpan(t.span, err)
 		return AppendResult{}, err
 	}
-	return t.c.appendOnce(ctx, m)
+	res, err := t.c.appendOnce(trace.ContextWithSpan(ctx, t.span), m)
+	endSpan(t.span, err)
+	return res, err
 }
 
 // usable refuses work on an ended transaction.

@@ -40,6 +40,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -85,6 +86,10 @@ type Config struct {
 	// heartbeats, recovery storage) and those of its WAL writers (see
 	// package telemetry); none by default.
 	Hooks telemetry.Hooks
+	// TracerProvider, when set, traces each append of a message that
+	// carries a trace context (wal.append and wal.appendimpl spans, see
+	// package telemetry/oteltrace).
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultRetain is how much of the log, by age, a node keeps in its

@@ -262,7 +262,9 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
+	tr := n.traceAppend(msgs)
 	out, errs := w.AppendMany(ctx, msgs)
+	tr.end(out, errs)
 	for j, i := range index {
 		reply.Results[i] = wire.ResultOf(out[j], errs[j])
 		if errs[j] != nil {

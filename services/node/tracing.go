@@ -1,0 +1,77 @@
+package node
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
+)
+
+// tracerName is the instrumentation scope of the node's spans.
+const tracerName = "github.com/streamwal/streamwal/services/node"
+
+// messageSpans are the spans of one message's append at the node.
+type messageSpans struct {
+	append, impl trace.Span
+}
+
+// appendTrace holds the spans of an append request's traced messages, by
+// their index in the request's decoded messages.
+type appendTrace struct {
+	spans []messageSpans
+}
+
+// traceAppend starts, for each message of msgs that carries a trace
+// context, a wal.append span child of that context and a wal.appendimpl
+// span (the write to JetStream) child of it; nil when the node traces
+// nothing.
+func (n *Node) traceAppend(msgs []*messages.MutableMessage) *appendTrace {
+	if n.cfg.TracerProvider == nil {
+		return nil
+	}
+	tracer := n.cfg.TracerProvider.Tracer(tracerName)
+	var t *appendTrace
+	for i, m := range msgs {
+		h := m.Header()
+		if h.TraceParent == "" || !oteltrace.Traced(m.Type()) {
+			continue
+		}
+		if t == nil {
+			t = &appendTrace{spans: make([]messageSpans, len(msgs))}
+		}
+		ctx := oteltrace.Extract(context.Background(), h)
+		ctx, s := tracer.Start(ctx, oteltrace.SpanAppend, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(oteltrace.MessageAttributes(m.Type(), h)...))
+		_, impl := tracer.Start(ctx, oteltrace.SpanAppendImpl, trace.WithSpanKind(trace.SpanKindClient))
+		t.spans[i] = messageSpans{append: s, impl: impl}
+	}
+	return t
+}
+
+// end ends the spans with each message's outcome: its TimeTick, or its
+// error.
+func (t *appendTrace) end(out []*messages.ImmutableMessage, errs []error) {
+	if t == nil {
+		return
+	}
+	for i, s := range t.spans {
+		if s.append == nil {
+			continue
+		}
+		if err := errs[i]; err != nil {
+			for _, sp := range []trace.Span{s.impl, s.append} {
+				sp.RecordError(err)
+				sp.SetStatus(codes.Error, err.Error())
+			}
+		} else if m := out[i]; m != nil {
+			tt := oteltrace.AttrMessageTimeTick.Int64(int64(m.TimeTick()))
+			s.impl.SetAttributes(tt)
+			s.append.SetAttributes(tt)
+		}
+		s.impl.End()
+		s.append.End()
+	}
+}
