@@ -318,7 +318,8 @@ const BroadcastTaskPrefix = "task."
 // Keys of BucketSubscriptions: a durable subscription's record under
 // "sub.<name>", its acknowledged position on each of its VChannels under
 // "pos.<name>.<vchannel>", and, for a group, the lease of each VChannel
-// under "lease.<name>.<vchannel>".
+// under "lease.<name>.<vchannel>" and each live member under
+// "member.<name>.<member>".
 const (
 	// SubscriptionPrefix prefixes every subscription record key.
 	SubscriptionPrefix = "sub."
@@ -326,6 +327,8 @@ const (
 	SubscriptionPositionPrefix = "pos."
 	// SubscriptionLeasePrefix prefixes every group lease key.
 	SubscriptionLeasePrefix = "lease."
+	// SubscriptionMemberPrefix prefixes every group member key.
+	SubscriptionMemberPrefix = "member."
 )
 
 // MaxSubscriptionNameLen bounds the name of a durable subscription.
@@ -351,6 +354,12 @@ func SubscriptionPositionKey(name string, v VChannel) string {
 // BucketSubscriptions: the member that holds it reads v.
 func SubscriptionLeaseKey(name string, v VChannel) string {
 	return SubscriptionLeasePrefix + name + "." + v.String()
+}
+
+// SubscriptionMemberKey is member's heartbeat in group name in
+// BucketSubscriptions.
+func SubscriptionMemberKey(name, member string) string {
+	return SubscriptionMemberPrefix + name + "." + member
 }
 
 // Keys of a PChannel's recovery storage in BucketCheckpoints (DESIGN.md

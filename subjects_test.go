@@ -869,7 +869,9 @@ func TestSubscriptionKeys(t *testing.T) {
 	require.Equal(t, "sub.billing-1", streamwal.SubscriptionKey("billing-1"))
 	require.Equal(t, "pos.billing-1.pchan-3_42v1", streamwal.SubscriptionPositionKey("billing-1", v))
 	require.Equal(t, "lease.billing-1.pchan-3_42v1", streamwal.SubscriptionLeaseKey("billing-1", v))
-	for _, k := range []string{streamwal.SubscriptionKey("a"), streamwal.SubscriptionPositionKey("a", v), streamwal.SubscriptionLeaseKey("a", v)} {
+	require.Equal(t, "member.billing-1.m-2", streamwal.SubscriptionMemberKey("billing-1", "m-2"))
+	for _, k := range []string{streamwal.SubscriptionKey("a"), streamwal.SubscriptionPositionKey("a", v), streamwal.SubscriptionLeaseKey("a", v),
+		streamwal.SubscriptionMemberKey("a", "b")} {
 		require.Regexp(t, `^[-/_=.a-zA-Z0-9]+$`, k)
 	}
 	for _, bad := range []string{"", "a.b", "a b", "-a", "a*", strings.Repeat("x", streamwal.MaxSubscriptionNameLen+1)} {

@@ -27,6 +27,7 @@ type subscribeOptions struct {
 	types      []*messages.Type
 	buffer     int
 	expiry     time.Duration
+	group      *groupOptions // nil: not a group
 }
 
 // SubscribeVChannel subscribes to one VChannel.
@@ -58,8 +59,7 @@ func SubscribeExpiry(d time.Duration) SubscribeOption {
 	return func(o *subscribeOptions) { o.expiry = d }
 }
 
-// SubscribeBuffer bounds the messages read ahead of Next per VChannel
-// (default 256).
+// SubscribeBuffer bounds the messages read ahead of Next (default 256).
 func SubscribeBuffer(n int) SubscribeOption { return func(o *subscribeOptions) { o.buffer = n } }
 
 // subscriptionRecord is the stored value of streamwal.SubscriptionKey.
@@ -166,6 +166,7 @@ type Subscription struct {
 	mu      sync.Mutex
 	readers map[streamwal.VChannel]*vreader
 	closed  bool
+	group   *groupMember // nil unless a group member
 }
 
 // vreader reads one VChannel of a subscription.
@@ -224,13 +225,20 @@ func (c *Client) Subscribe(ctx context.Context, name string, opts ...SubscribeOp
 		return nil, err
 	}
 	rec := subscriptionRecord{Name: name, VChannel: vchannelName(o.vchannel), Collection: o.collection,
-		Created: time.Now().UTC()}
+		Group: o.group != nil, Created: time.Now().UTC()}
 	if err := c.registerSubscription(ctx, kv, rec); err != nil {
 		return nil, err
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	s := &Subscription{c: c, name: name, kv: kv, opts: o, out: make(chan *Delivery), errc: make(chan error, 1),
+	s := &Subscription{c: c, name: name, kv: kv, opts: o, out: make(chan *Delivery, o.buffer), errc: make(chan error, 1),
 		ctx: sctx, cancel: cancel, readers: map[streamwal.VChannel]*vreader{}}
+	if o.group != nil {
+		if err := s.joinGroup(ctx, vs); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
 	for _, v := range vs {
 		if err := s.open(ctx, v); err != nil {
 			s.Close()
@@ -251,6 +259,9 @@ func subscribeConfig(name string, opts []SubscribeOption) (subscribeOptions, err
 	}
 	if o.vchannel.IsZero() == (o.collection == 0) {
 		return o, streamwal.Errorf(streamwal.CodeInvalidArgument, "subscription %s needs one VChannel or one collection", name)
+	}
+	if err := checkGroup(name, o.group); err != nil {
+		return o, err
 	}
 	if o.collection < 0 || o.buffer <= 0 || o.expiry == 0 {
 		return o, streamwal.Errorf(streamwal.CodeInvalidArgument, "subscription %s: collection, buffer and expiry must be positive (a negative expiry: never)", name)
@@ -510,6 +521,24 @@ func (s *Subscription) Name() string { return s.name }
 // Next blocks for the next message, until ctx ends or the subscription
 // is closed (streamwal.ErrClosed) or fails.
 func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
+	for {
+		d, err := s.next(ctx)
+		if err != nil || !d.stale() {
+			return d, err
+		}
+	}
+}
+
+// stale reports whether d was read before its VChannel was handed to
+// another group member (or read again): it is not delivered.
+func (d *Delivery) stale() bool {
+	d.r.mu.Lock()
+	defer d.r.mu.Unlock()
+	return d.gen != d.r.gen
+}
+
+// next takes what the readers delivered.
+func (s *Subscription) next(ctx context.Context) (*Delivery, error) {
 	select {
 	case d := <-s.out:
 		return d, nil
@@ -539,6 +568,9 @@ func (s *Subscription) ack(ctx context.Context, d *Delivery) error {
 	}
 	if m.TimeTick() <= r.pos.TimeTick {
 		return nil
+	}
+	if err := s.guard(d.VChannel); err != nil {
+		return err
 	}
 	next := Position{VChannel: d.VChannel.String(), From: max(min(m.LastConfirmed(), m.ID()), 1), TimeTick: m.TimeTick(),
 		ID: m.ID(), Acked: time.Now().UTC(), Expiry: s.opts.expiry}
@@ -615,8 +647,15 @@ func (s *Subscription) Close() error {
 		return nil
 	}
 	s.closed = true
+	g := s.group
 	s.mu.Unlock()
+	if g != nil {
+		g.stop()
+	}
 	s.cancel()
 	s.wg.Wait()
+	if g != nil {
+		g.release()
+	}
 	return nil
 }
