@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nuid"
 	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
 )
