@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -136,13 +138,27 @@ func (b *JetStream) ensure(ctx context.Context, p streamwal.PChannel) error {
 	if done {
 		return nil
 	}
-	_, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
-	if errors.Is(err, njs.ErrStreamNotFound) {
-		_, err = b.js.CreateStream(ctx, b.streamConfig(p))
-		if errors.Is(err, njs.ErrStreamNameAlreadyInUse) {
-			err = nil
+	err := inAttempts(ctx, func(ctx context.Context) error {
+		created := false
+		for {
+			_, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
+			if !errors.Is(err, njs.ErrStreamNotFound) {
+				return err
+			}
+			if !created {
+				_, err = b.js.CreateStream(ctx, b.streamConfig(p))
+				if err != nil && !errors.Is(err, njs.ErrStreamNameAlreadyInUse) {
+					return err
+				}
+				created = err == nil
+			}
+			// Just created, here or by another process: a cluster's
+			// servers may not all know it yet. Look until it is there.
+			if err := pause(ctx); err != nil {
+				return err
+			}
 		}
-	}
+	})
 	if err != nil {
 		return classify(fmt.Errorf("stream of %s: %w", p, err))
 	}
@@ -150,6 +166,43 @@ func (b *JetStream) ensure(ctx context.Context, p streamwal.PChannel) error {
 	b.exists[p] = true
 	b.mu.Unlock()
 	return nil
+}
+
+// Bounds of one attempt of inAttempts: attemptTime plus a random part of
+// attemptJitter, so that two processes whose creations collided do not
+// collide again.
+const (
+	attemptTime   = 2 * time.Second
+	attemptJitter = 2 * time.Second
+)
+
+// inAttempts runs fn, which opens or creates a stream, in attempts of
+// bounded time, again while one goes unanswered and ctx lasts: nats-server
+// answers neither of two equal creations of a replicated stream that
+// arrive together (two nodes started at once), and without a bound both
+// would wait out their whole deadline.
+func inAttempts(ctx context.Context, fn func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTime+rand.N(attemptJitter))
+		err := fn(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+}
+
+// pause waits a moment before looking again for what another process is
+// creating, or until ctx ends.
+func pause(ctx context.Context) error {
+	t := time.NewTimer(50*time.Millisecond + rand.N(50*time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // checkOpen refuses a closed backend or a zero PChannel.

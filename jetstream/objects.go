@@ -35,18 +35,28 @@ func (b *JetStream) objects(ctx context.Context) (njs.ObjectStore, error) {
 		return b.obs, nil
 	}
 	name := b.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments)
-	obs, err := b.js.ObjectStore(ctx, name)
-	if errors.Is(err, njs.ErrBucketNotFound) {
-		obs, err = b.js.CreateObjectStore(ctx, njs.ObjectStoreConfig{
-			Bucket:      name,
-			Description: "streamwal archived ranges and flushed segments of cluster " + string(b.codec.Cluster()),
-			Storage:     b.opts.storage(),
-			Replicas:    b.opts.Replicas,
-		})
-		if errors.Is(err, njs.ErrBucketExists) {
+	var obs njs.ObjectStore
+	err := inAttempts(ctx, func(ctx context.Context) (err error) {
+		for {
 			obs, err = b.js.ObjectStore(ctx, name)
+			if !errors.Is(err, njs.ErrBucketNotFound) {
+				return err
+			}
+			obs, err = b.js.CreateObjectStore(ctx, njs.ObjectStoreConfig{
+				Bucket:      name,
+				Description: "streamwal archived ranges and flushed segments of cluster " + string(b.codec.Cluster()),
+				Storage:     b.opts.storage(),
+				Replicas:    b.opts.Replicas,
+			})
+			if !errors.Is(err, njs.ErrBucketExists) && !errors.Is(err, njs.ErrStreamNameAlreadyInUse) {
+				return err
+			}
+			// Being created by another process: look until it is there.
+			if err := pause(ctx); err != nil {
+				return err
+			}
 		}
-	}
+	})
 	if err != nil {
 		return nil, classify(fmt.Errorf("object store %s: %w", name, err))
 	}

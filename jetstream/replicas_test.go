@@ -2,6 +2,7 @@ package jetstream_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,4 +94,56 @@ func TestLastNeedsNoConsumer(t *testing.T) {
 	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
 	require.NoError(t, err)
 	require.Zero(t, s.CachedInfo().State.Consumers)
+}
+
+// TestCreationsRaceOnACluster: two backends keeping 3 replicas, connected
+// to different servers of a three-server cluster, create the object store
+// and a PChannel's stream (as a reader does) at the same moment, as two
+// nodes started together do: every call returns well within its deadline
+// (nats-server 2.15.2 often answers neither of two equal creations of a
+// replicated stream that arrive together; without a bound per attempt,
+// both waited out their deadline).
+func TestCreationsRaceOnACluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	cl := embedded.StartTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	codec, err := messages.NewCodec("race", nil)
+	require.NoError(t, err)
+	p, err := streamwal.NewPChannel("pchan", 0)
+	require.NoError(t, err)
+	v, err := p.VChannel(1, 0)
+	require.NoError(t, err)
+	errs := make([]error, 4)
+	var wg sync.WaitGroup
+	for i := range 2 {
+		nc, err := cl.Servers()[i+1].Connect()
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		b, err := jetstream.New(nc, codec, jetstream.Options{Replicas: 3})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = b.Close() })
+		wg.Go(func() { _, errs[2*i] = b.Segments(ctx, v) })
+		wg.Go(func() { _, errs[2*i+1] = b.State(ctx, p) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "call %d", i)
+	}
+	require.NoError(t, ctx.Err(), "the creations took the whole deadline")
+	nc, err := cl.Connect()
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
+	require.NoError(t, err)
+	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
+	obs, err := js.ObjectStore(ctx, codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
+	require.NoError(t, err)
+	st, err := obs.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Replicas())
 }

@@ -276,7 +276,13 @@ func (b *JetStream) Segments(ctx context.Context, v streamwal.VChannel) ([]Segme
 	if err != nil {
 		return nil, err
 	}
-	infos, err := obs.List(ctx)
+	// A list of a store whose stream has no leader yet (just created on a
+	// cluster) waits for its end until its deadline: list in attempts.
+	var infos []*njs.ObjectInfo
+	err = inAttempts(ctx, func(ctx context.Context) (err error) {
+		infos, err = obs.List(ctx)
+		return err
+	})
 	if errors.Is(err, njs.ErrNoObjectsFound) {
 		return nil, nil
 	}

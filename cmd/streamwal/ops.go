@@ -76,14 +76,25 @@ func printJSON(w io.Writer, v any) error {
 // newStatusCmd is `streamwal status`.
 func newStatusCmd() *cobra.Command {
 	f := &connFlags{}
+	wf := &watchFlags{}
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the coordinator, the nodes and every PChannel",
-		Args:  cobra.NoArgs,
+		Long: "Show the coordinator, the nodes and every PChannel once; with --watch, refresh\n" +
+			"every --interval (in place on a terminal) with each PChannel's owner, term,\n" +
+			"serving, messages per second since the last refresh, the age of its last\n" +
+			"TimeTick and of its checkpoint, until Ctrl-C (--timeout then bounds each refresh).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := wf.check(); err != nil {
+				return err
+			}
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
 				if err := pingCoordinator(ctx, c); err != nil {
 					return err
+				}
+				if wf.watch {
+					return watchStatus(cmd.Context(), cmd.OutOrStdout(), c, *wf, f.timeout, f.json)
 				}
 				st, err := c.Status(ctx)
 				if err != nil {
@@ -97,6 +108,9 @@ func newStatusCmd() *cobra.Command {
 		},
 	}
 	f.add(cmd)
+	cmd.Flags().BoolVar(&wf.watch, "watch", false, "refresh until Ctrl-C")
+	cmd.Flags().DurationVar(&wf.interval, "interval", time.Second, "with --watch: time between refreshes")
+	cmd.Flags().IntVar(&wf.count, "count", 0, "with --watch: stop after this many refreshes (0: until Ctrl-C)")
 	return cmd
 }
 
