@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -172,10 +173,19 @@ type segmentFramer struct {
 	last  *messages.ImmutableMessage
 }
 
-// run writes the framed messages to w; an error leaves the object
-// unwritten (the upload fails with it).
+// run writes the framed messages to w in writes of a whole object chunk
+// (the object store stores what one read of its reader returns as one
+// chunk); an error leaves the object unwritten (the upload fails with it).
 func (f *segmentFramer) run(w io.Writer, msgs Messages) error {
-	out := io.MultiWriter(w, f.sum)
+	chunks := bufio.NewWriterSize(w, objectChunk)
+	if err := f.frame(io.MultiWriter(chunks, f.sum), msgs); err != nil {
+		return err
+	}
+	return chunks.Flush()
+}
+
+// frame writes the framed messages to out.
+func (f *segmentFramer) frame(out io.Writer, msgs Messages) error {
 	buf := appendFrameHeader(nil)
 	if _, err := out.Write(buf); err != nil {
 		return err

@@ -203,6 +203,18 @@ func TestWriteSegmentStreams(t *testing.T) {
 	if err := e.b.WriteSegment(e.ctx, m, jetstream.MessagesOf(msgs)); err != nil {
 		t.Fatal(err)
 	}
+	obs, err := njs.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := obs.ObjectStore(e.ctx, e.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Uploaded in whole chunks, not a chunk per message.
+	if info, err := store.GetInfo(e.ctx, streamwal.SegmentObjectName(v, 5)); err != nil || len(msgs) < 2 || info.Chunks != 1 {
+		t.Errorf("a small segment of %d messages stored in %+v chunks (%v)", len(msgs), info, err)
+	}
 	broken := errors.New("stream read failed")
 	failing := func(yield func(*messages.ImmutableMessage, error) bool) {
 		for _, msg := range msgs[:len(msgs)/2] {
@@ -222,14 +234,6 @@ func TestWriteSegmentStreams(t *testing.T) {
 	sameMessages(t, "segment 5 after a failed rewrite", got, msgs)
 
 	// An object without its manifest: invisible, then replaced.
-	obs, err := njs.New(e.nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := obs.ObjectStore(e.ctx, e.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
-	if err != nil {
-		t.Fatal(err)
-	}
 	name := streamwal.SegmentObjectName(v, 6)
 	if _, err := store.Put(e.ctx, njs.ObjectMeta{Name: name}, bytes.NewReader([]byte("SWAL\x01half"))); err != nil {
 		t.Fatal(err)
