@@ -338,7 +338,7 @@ func runAppend(ctx context.Context, w io.Writer, c *client.Client, v streamwal.V
 // newTailCmd is `streamwal tail`.
 func newTailCmd() *cobra.Command {
 	f := &connFlags{}
-	var vchannel, pchannel string
+	var vchannel, pchannel, durable string
 	var fromStart, wait bool
 	var limit int
 	cmd := &cobra.Command{
@@ -351,7 +351,11 @@ func newTailCmd() *cobra.Command {
 			"once (with --wait, tail follows it until the collection is created and what lands on it\n" +
 			"arrives), and so is one of a dropped collection without --from-start (nothing new lands\n" +
 			"on it). --json prints one object per message; a payload that is not UTF-8 text is given\n" +
-			"in base64, with \"payload_encoding\":\"base64\".",
+			"in base64, with \"payload_encoding\":\"base64\".\n\n" +
+			"--durable NAME keeps the position in the cluster as the durable subscription NAME: each\n" +
+			"message is acknowledged once printed, and the next `tail --durable NAME` (after any restart\n" +
+			"of the client or the servers) resumes after the last one printed; --from-start or not says\n" +
+			"where a new subscription starts. `streamwal subscriptions` lists them.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if limit < 0 {
@@ -370,6 +374,9 @@ func newTailCmd() *cobra.Command {
 						return err
 					}
 				}
+				if durable != "" {
+					return runDurableTail(ctx, cmd.OutOrStdout(), c, durable, o, limit, f.json)
+				}
 				return runTail(ctx, cmd.OutOrStdout(), c, o, limit, f.json)
 			})
 		},
@@ -381,6 +388,7 @@ func newTailCmd() *cobra.Command {
 	fl.BoolVar(&fromStart, "from-start", false, "start at the first message instead of new ones")
 	fl.IntVar(&limit, "limit", 0, "stop after this many messages (0: no limit, follow until --timeout or Ctrl-C)")
 	fl.BoolVar(&wait, "wait", false, "follow a VChannel whose collection does not exist yet, until it is created")
+	fl.StringVar(&durable, "durable", "", "keep the position in the cluster as durable subscription `NAME` (resume after the last message printed)")
 	setFlagDefault(fl, "timeout", "87600h")
 	return cmd
 }
