@@ -93,6 +93,8 @@ func TestConflictingConnectionFlagsAreRefused(t *testing.T) {
 		{args: []string{"node", "--server", nowhere, "--id", "n1", "--duplicate-window", "10ms"}, want: "--duplicate-window"},
 		{args: []string{"coord", "--server", nowhere, "--pchannels", "0"}, want: "--pchannels must be positive"},
 		{args: []string{"coord", "--server", nowhere, "--id", "a b"}, want: "--id"},
+		{args: []string{"coord", "--server", nowhere, "--node-ttl", "100ms"}, want: "--node-ttl must be at least 500ms (two node heartbeats), got 100ms"},
+		{args: []string{"serve", "--node-ttl", "0s"}, want: "--node-ttl must be at least 500ms"},
 		{args: []string{"serve", "--server", nowhere, "--data-dir", t.TempDir()}, want: "--data-dir is for the embedded server"},
 		{args: []string{"serve", "--server", nowhere, "--http-port", "8222"}, want: "--http-port is for the embedded server"},
 		{args: []string{"serve", "--creds", creds}, want: "--creds applies only with --server"},

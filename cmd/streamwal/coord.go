@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
@@ -18,11 +19,12 @@ import (
 type coordFlags struct {
 	componentFlags
 	pchannels int
+	nodeTTL   time.Duration
 }
 
 // coordEnv are the environment bindings of `streamwal coord`.
 var coordEnv = append([]envBinding{
-	{flag: "id", envs: []string{"STREAMWAL_COORD_ID"}}, bind("replicas"), bind("pchannels"),
+	{flag: "id", envs: []string{"STREAMWAL_COORD_ID"}}, bind("replicas"), bind("pchannels"), bind("node-ttl"),
 }, connEnv...)
 
 // coordHelp is the long help of `streamwal coord`.
@@ -50,6 +52,7 @@ func newCoordCmd() *cobra.Command {
 	}
 	f.add(cmd, "coordinator ID: ASCII letters, digits and '-' (env STREAMWAL_COORD_ID; default: coord-<random>)")
 	cmd.Flags().IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster (env STREAMWAL_PCHANNELS); an existing cluster keeps its own")
+	addNodeTTLFlag(cmd.Flags(), &f.nodeTTL)
 	addConnHelp(cmd)
 	return cmd
 }
@@ -66,6 +69,9 @@ func (f *coordFlags) parse(cmd *cobra.Command) (streamwal.Cluster, zerolog.Level
 	}
 	if f.pchannels <= 0 {
 		return "", 0, "", fmt.Errorf("%s must be positive, got %d", origin(cmd.Flags(), "pchannels"), f.pchannels)
+	}
+	if err := checkNodeTTL(cmd.Flags(), f.nodeTTL); err != nil {
+		return "", 0, "", err
 	}
 	id := f.id
 	if id == "" {
@@ -99,7 +105,7 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c, err := coord.Start(startCtx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
-		Replicas: f.replicas, Logger: log, Hooks: hooks})
+		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: hooks})
 	if err != nil {
 		return fmt.Errorf("start coordinator %s: %w", id, explainReplicas(err, nc, f.replicas))
 	}

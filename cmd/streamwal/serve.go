@@ -38,6 +38,7 @@ type serveFlags struct {
 	logLevel   string
 	retain     time.Duration
 	dupWindow  time.Duration
+	nodeTTL    time.Duration
 	// id, replicas and groupCommit are for existing servers only.
 	id          string
 	replicas    int
@@ -128,9 +129,28 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.id, "id", "", "with --server: the node's ID, the same at every start (default serve-<host name>)")
 	fl.IntVar(&f.replicas, "replicas", 1, "with --server: replicas of the streams and buckets (1 on a single server, 3 on a NATS cluster)")
 	fl.StringVar(&f.groupCommit, "group-commit", groupCommitAuto, "with --server: auto, on or off (as for the node command: see its help)")
+	addNodeTTLFlag(fl, &f.nodeTTL)
 	f.metrics.add(fl)
 	return cmd
 }
+
+// addNodeTTLFlag registers the coordinator's --node-ttl (serve and coord).
+func addNodeTTLFlag(fl *pflag.FlagSet, ttl *time.Duration) {
+	fl.DurationVar(ttl, "node-ttl", coord.DefaultNodeTTL, "how long a node may go unheard before the coordinator declares it dead and moves its\n"+
+		"PChannels (nodes heartbeat every 250 ms): longer rides out a slow NATS failover or a\n"+
+		"stalled machine, shorter moves the PChannels of a dead node sooner; at least 500ms")
+}
+
+// checkNodeTTL refuses a --node-ttl shorter than two heartbeats.
+func checkNodeTTL(fs *pflag.FlagSet, ttl time.Duration) error {
+	if ttl < minNodeTTL {
+		return fmt.Errorf("%s must be at least %s (two node heartbeats), got %s", origin(fs, "node-ttl"), minNodeTTL, ttl)
+	}
+	return nil
+}
+
+// minNodeTTL is the shortest --node-ttl: two heartbeats of a node.
+const minNodeTTL = 2 * node.DefaultHeartbeat
 
 // addRecoveryFlags registers the recovery flags serve and node share.
 func addRecoveryFlags(fl *pflag.FlagSet, retain, dupWindow *time.Duration) {
@@ -145,6 +165,7 @@ func addRecoveryFlags(fl *pflag.FlagSet, retain, dupWindow *time.Duration) {
 type serveConfig struct {
 	cluster streamwal.Cluster
 	level   zerolog.Level
+	nodeTTL time.Duration
 }
 
 // parse checks the flags that need no data directory (after applyEnv).
@@ -166,7 +187,10 @@ func (f *serveFlags) parse(fs *pflag.FlagSet) (serveConfig, error) {
 	if err := f.metrics.check(); err != nil {
 		return serveConfig{}, err
 	}
-	return serveConfig{cluster: cluster, level: level}, nil
+	if err := checkNodeTTL(fs, f.nodeTTL); err != nil {
+		return serveConfig{}, err
+	}
+	return serveConfig{cluster: cluster, level: level, nodeTTL: f.nodeTTL}, nil
 }
 
 // checkMode refuses the flags of the embedded server with --server, and
@@ -261,7 +285,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
-		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim},
+		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL},
 		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}}})
 	if err != nil {
 		srv.Shutdown()

@@ -102,7 +102,7 @@ func startExternal(cmd *cobra.Command, cf *componentFlags, log zerolog.Logger, c
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	s.coord, err = coord.Start(startCtx, coord.Config{Conn: s.coordNC, Cluster: cfg.cluster, ID: s.coordID,
-		PChannels: pchannels, Replicas: ns.replicas, Logger: log, Hooks: ns.hooks})
+		PChannels: pchannels, Replicas: ns.replicas, NodeTTL: cfg.nodeTTL, Logger: log, Hooks: ns.hooks})
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("start coordinator: %w", explainReplicas(err, s.coordNC, ns.replicas))
