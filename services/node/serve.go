@@ -262,7 +262,7 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	tr := n.traceAppend(msgs)
+	tr := n.traceAppend(msgs, req.Messages, index)
 	out, errs := w.AppendMany(ctx, msgs)
 	tr.end(out, errs)
 	for j, i := range index {

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/wire"
 	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
@@ -24,27 +25,36 @@ type appendTrace struct {
 	spans []messageSpans
 }
 
-// traceAppend starts, for each message of msgs that carries a trace
-// context, a wal.append span child of that context and a wal.appendimpl
-// span (the write to JetStream) child of it; nil when the node traces
-// nothing.
-func (n *Node) traceAppend(msgs []*messages.MutableMessage) *appendTrace {
+// traceAppend starts, for each message of msgs (decoded from the
+// request's messages wms, msgs[i] from wms[index[i]]) whose context is
+// sampled, a wal.append
+// span child of that context and a wal.appendimpl span (the write to
+// JetStream) child of it; nil when the node traces nothing. A message
+// whose context is not sampled gets no span, as the default parent-based
+// sampler would decide, without the cost of asking it.
+func (n *Node) traceAppend(msgs []*messages.MutableMessage, wms []wire.Message, index []int) *appendTrace {
 	if n.cfg.TracerProvider == nil {
 		return nil
 	}
-	tracer := n.cfg.TracerProvider.Tracer(tracerName)
 	var t *appendTrace
+	var tracer trace.Tracer
 	for i, m := range msgs {
-		h := m.Header()
-		if h.TraceParent == "" || !oteltrace.Traced(m.Type()) {
+		header := wms[index[i]].Header
+		if _, ok := header[messages.HdrTraceParent]; !ok || !oteltrace.Traced(m.Type()) {
+			continue
+		}
+		ctx := oteltrace.ExtractHeader(context.Background(), header)
+		if !trace.SpanContextFromContext(ctx).IsSampled() {
 			continue
 		}
 		if t == nil {
 			t = &appendTrace{spans: make([]messageSpans, len(msgs))}
+			tracer = n.cfg.TracerProvider.Tracer(tracerName)
 		}
-		ctx := oteltrace.Extract(context.Background(), h)
-		ctx, s := tracer.Start(ctx, oteltrace.SpanAppend, trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(oteltrace.MessageAttributes(m.Type(), h)...))
+		ctx, s := tracer.Start(ctx, oteltrace.SpanAppend, trace.WithSpanKind(trace.SpanKindServer))
+		if s.IsRecording() {
+			s.SetAttributes(oteltrace.MessageAttributes(m.Type(), m.Header())...)
+		}
 		_, impl := tracer.Start(ctx, oteltrace.SpanAppendImpl, trace.WithSpanKind(trace.SpanKindClient))
 		t.spans[i] = messageSpans{append: s, impl: impl}
 	}

@@ -51,6 +51,36 @@ type Metrics struct {
 	checkpointAge                                                                                metric.Float64Gauge
 
 	pchannels sync.Map // streamwal.PChannel -> attribute.KeyValue
+	options   sync.Map // pchannelKey, appendKey, unitKey -> metric.MeasurementOption
+}
+
+// The keys of the cached attribute sets of frequent measurements.
+type (
+	pchannelKey struct{ p streamwal.PChannel }
+	appendKey   struct {
+		p    streamwal.PChannel
+		typ  string
+		code streamwal.Code
+	}
+	unitKey struct {
+		p     streamwal.PChannel
+		batch bool
+	}
+)
+
+// cached is the measurement option of key's attributes, built once.
+func (m *Metrics) cached(key any, build func() []attribute.KeyValue) metric.MeasurementOption {
+	if o, ok := m.options.Load(key); ok {
+		return o.(metric.MeasurementOption)
+	}
+	o := attrs(build()...)
+	m.options.Store(key, o)
+	return o
+}
+
+// ofPChannel is the option of p's label alone.
+func (m *Metrics) ofPChannel(p streamwal.PChannel) metric.MeasurementOption {
+	return m.cached(pchannelKey{p}, func() []attribute.KeyValue { return []attribute.KeyValue{m.pchannel(p)} })
 }
 
 // Buckets of the histograms.
@@ -181,28 +211,31 @@ var bg = context.Background()
 
 // OnAppendStart implements telemetry.AppendStartHook.
 func (m *Metrics) OnAppendStart(e telemetry.AppendStartEvent) {
-	m.inFlight.Add(bg, int64(e.Messages), attrs(m.pchannel(e.PChannel)))
+	m.inFlight.Add(bg, int64(e.Messages), m.ofPChannel(e.PChannel))
 }
 
 // OnAppend implements telemetry.AppendHook. The latency is recorded once
 // per run of results, which is once per request for the usual request
 // whose messages share a type and a result.
 func (m *Metrics) OnAppend(e telemetry.AppendEvent) {
-	p := m.pchannel(e.PChannel)
-	m.inFlight.Add(bg, -int64(e.Messages), attrs(p))
-	m.appends.Add(bg, int64(e.Messages), attrs(p, attribute.String(keyType, e.Type), code(e.Code)))
-	m.appendDur.Record(bg, e.Latency.Seconds(), attrs(p))
+	p := m.ofPChannel(e.PChannel)
+	m.inFlight.Add(bg, -int64(e.Messages), p)
+	m.appends.Add(bg, int64(e.Messages), m.cached(appendKey{e.PChannel, e.Type, e.Code}, func() []attribute.KeyValue {
+		return []attribute.KeyValue{m.pchannel(e.PChannel), attribute.String(keyType, e.Type), code(e.Code)}
+	}))
+	m.appendDur.Record(bg, e.Latency.Seconds(), p)
 }
 
 // OnUnit implements telemetry.UnitHook.
 func (m *Metrics) OnUnit(e telemetry.UnitEvent) {
-	p := m.pchannel(e.PChannel)
-	kind := "publish"
-	if e.Batch {
-		kind = "batch"
-	}
-	m.units.Add(bg, 1, attrs(p, attribute.String(keyKind, kind)))
-	m.unitSize.Record(bg, int64(e.Messages), attrs(p))
+	m.units.Add(bg, 1, m.cached(unitKey{e.PChannel, e.Batch}, func() []attribute.KeyValue {
+		kind := "publish"
+		if e.Batch {
+			kind = "batch"
+		}
+		return []attribute.KeyValue{m.pchannel(e.PChannel), attribute.String(keyKind, kind)}
+	}))
+	m.unitSize.Record(bg, int64(e.Messages), m.ofPChannel(e.PChannel))
 }
 
 // OnWriterRecovery implements telemetry.WriterRecoveryHook.

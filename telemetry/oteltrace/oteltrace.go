@@ -106,6 +106,15 @@ func Extract(ctx context.Context, h messages.Header) context.Context {
 	return Propagator.Extract(ctx, c)
 }
 
+// ExtractHeader returns ctx with the remote span context an encoded
+// message's headers (a nats.Header) carry.
+func ExtractHeader(ctx context.Context, header map[string][]string) context.Context {
+	if _, ok := header[messages.HdrTraceParent]; !ok {
+		return ctx
+	}
+	return Propagator.Extract(ctx, headerCarrier(header))
+}
+
 // Traced reports whether messages of type t are traced.
 func Traced(t *messages.Type) bool { return t != nil && !t.Is(messages.FlagNotTraced) }
 
