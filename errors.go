@@ -60,6 +60,10 @@ const (
 	// or other messages at known IDs; its owner refuses to serve it until an
 	// operator accepts the loss (`streamwal pchannel accept-loss`).
 	CodeHistoryLost Code = "HISTORY_LOST"
+	// CodePermissionDenied: the NATS credentials in use may not make the
+	// request (its subject is not among their permissions), for example
+	// credentials of another cluster than the one named.
+	CodePermissionDenied Code = "PERMISSION_DENIED"
 )
 
 // retriable lists the codes whose operation may succeed if repeated later.
@@ -226,6 +230,8 @@ var (
 	ErrUnrecoverable   = &Error{Code: CodeUnrecoverable}
 	ErrInternal        = &Error{Code: CodeInternal}
 	ErrHistoryLost     = &Error{Code: CodeHistoryLost}
+	// ErrPermissionDenied matches errors of CodePermissionDenied.
+	ErrPermissionDenied = &Error{Code: CodePermissionDenied}
 )
 
 // Sentinels of refusals with a reason; each also matches the sentinel of

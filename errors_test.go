@@ -41,6 +41,7 @@ var allCodes = []struct {
 	{streamwal.CodeUnrecoverable, streamwal.ErrUnrecoverable, "UNRECOVERABLE"},
 	{streamwal.CodeInternal, streamwal.ErrInternal, "INTERNAL"},
 	{streamwal.CodeHistoryLost, streamwal.ErrHistoryLost, "HISTORY_LOST"},
+	{streamwal.CodePermissionDenied, streamwal.ErrPermissionDenied, "PERMISSION_DENIED"},
 }
 
 // retriableCodes is the exact set of codes whose operation may succeed when

@@ -46,6 +46,10 @@ func (c *Client) Ping(ctx context.Context) error {
 	if err == nil || !streamwal.IsRetriable(err) {
 		return err
 	}
+	if denied := wire.Denied(c.nc, func(s string) bool { return s == subject }); denied != nil {
+		return streamwal.Errorf(streamwal.CodePermissionDenied, "cluster %q on %s: these credentials may not make its requests (are they for another cluster?): %w",
+			c.opts.cluster, c.Server(), denied)
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		if missing, others := c.clusterMissing(ctx); missing {
 			return streamwal.Errorf(streamwal.CodeUnavailable, "no coordinator answers for cluster %q on %s: the server has no streamwal cluster of that name (%s)",

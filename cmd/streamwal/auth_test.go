@@ -201,8 +201,19 @@ func TestCoordAndNodeRunWithTheirSeeds(t *testing.T) {
 	tail, err := runBinaryEnv(t, env, "", "tail", "--vchannel", v, "--from-start", "--limit", "3", "--timeout", "20s")
 	require.NoError(t, err)
 	require.Contains(t, tail, "hello")
+	require.Empty(t, log.all(), "the server refused a permission to a streamwal process")
+
+	// Credentials of cluster local used for another cluster: the server
+	// drops the requests and answers nothing; each command says so at
+	// once instead of waiting out its timeout (or, for a coordinator, a
+	// minute of retries).
+	_, err = runBinaryEnv(t, env, "", "status", "--cluster", "other", "--timeout", "30s")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `PERMISSION_DENIED: cluster "other"`)
+	_, err = runBinary(t, "", "coord", "--server", url, "--nkey", d.Seed(auth.RoleCoordinator), "--cluster", "other", "--pchannels", "2")
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "PERMISSION_DENIED")
 	for _, p := range []*serveProc{nodeProc, coordProc} {
 		p.stop(syscall.SIGINT)
 	}
-	require.Empty(t, log.all(), "the server refused a permission to a streamwal process")
 }

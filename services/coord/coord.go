@@ -75,7 +75,9 @@ package coord
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +91,7 @@ import (
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/balance"
+	"github.com/streamwal/streamwal/services/wire"
 	"github.com/streamwal/streamwal/telemetry"
 )
 
@@ -278,6 +281,12 @@ func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConf
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return kv, err
+		}
+		// Unanswered because the server dropped it: credentials of
+		// another cluster, say. Asking again cannot help.
+		stream := streamwal.KVStreamName(cfg.Bucket)
+		if denied := wire.Denied(js.Conn(), func(s string) bool { return strings.HasSuffix(s, "."+stream) }); denied != nil {
+			return nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, denied)
 		}
 	}
 }
