@@ -74,6 +74,21 @@
 // JetStream's ordered consumer carries it through node failover and
 // reconnects. ReadOptions.UntilNow makes it stop at the tail as it was
 // when the read started.
+//
+// # Durable subscriptions
+//
+// Subscribe reads a VChannel or a collection as Read does, but keeps its
+// position in the cluster under a name: each Delivery is acknowledged by
+// the handler (Ack covers every message delivered before it on its
+// VChannel, so acknowledging every hundredth message is enough), and a
+// subscription opened again (by a restarted service) resumes right after
+// the last acknowledged message, from its LastConfirmedMessageID, so that a
+// transaction open there is delivered whole. Members of a group
+// (SubscribeGroup) share the VChannels, each read by one member at a time
+// under a lease; a member's VChannels move to the others when it stops or
+// dies. The owner of a PChannel never truncates past a position, unless it
+// was idle past its expiry. Subscriptions lists them, DeleteSubscription
+// removes one.
 package client
 
 import (

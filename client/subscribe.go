@@ -539,6 +539,9 @@ func (d *Delivery) stale() bool {
 
 // next takes what the readers delivered.
 func (s *Subscription) next(ctx context.Context) (*Delivery, error) {
+	if s.ctx.Err() != nil {
+		return nil, errClosedSubscription(s.name) // what is buffered stays undelivered
+	}
 	select {
 	case d := <-s.out:
 		return d, nil
