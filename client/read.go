@@ -9,6 +9,7 @@ import (
 	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
@@ -69,6 +70,8 @@ type ReadOptions struct {
 type Scanner struct {
 	s     *read.Scanner
 	empty bool // UntilNow with nothing to read
+	// tracer marks each message read with a wal.dist_consume span.
+	tracer trace.Tracer
 }
 
 // Read opens a scanner straight on JetStream: messages in TimeTick order
@@ -91,7 +94,7 @@ func (c *Client) Read(ctx context.Context, o ReadOptions) (*Scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scanner{s: s}, nil
+	return &Scanner{s: s, tracer: c.tracer}, nil
 }
 
 // readOptions are the read pipeline's options for a read of v (or p).
@@ -150,7 +153,11 @@ func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 	if s.empty {
 		return nil, io.EOF
 	}
-	return s.s.Next(ctx)
+	m, err := s.s.Next(ctx)
+	if err == nil {
+		traceConsume(ctx, s.tracer, m)
+	}
+	return m, err
 }
 
 // All iterates until ctx ends, the scanner closes, an error occurs, or

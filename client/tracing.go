@@ -55,3 +55,23 @@ func broadcastAttributes(req BroadcastRequest) []attribute.KeyValue {
 	}
 	return []attribute.KeyValue{oteltrace.AttrMessageType.String(req.Type.String()), oteltrace.AttrBroadcastVChannel.StringSlice(vs)}
 }
+
+// traceConsume marks m as read with a wal.dist_consume span under ctx's,
+// linked to the span context its producer wrote into it (an assembled
+// transaction carries its CommitTxn's). Untraced types get none, and
+// nothing is read from m unless the span records.
+func traceConsume(ctx context.Context, tracer trace.Tracer, m *messages.ImmutableMessage) {
+	if tracer == nil || !oteltrace.Traced(m.Type()) {
+		return
+	}
+	_, span := tracer.Start(ctx, oteltrace.SpanDistConsume, trace.WithSpanKind(trace.SpanKindConsumer))
+	defer span.End()
+	if !span.IsRecording() {
+		return
+	}
+	h := m.Header()
+	span.SetAttributes(oteltrace.MessageAttributes(m.Type(), h)...)
+	if sc := trace.SpanContextFromContext(oteltrace.Extract(context.Background(), h)); sc.IsValid() {
+		span.AddLink(trace.Link{SpanContext: sc})
+	}
+}

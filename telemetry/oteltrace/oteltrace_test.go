@@ -228,3 +228,36 @@ func TestInjectAndExtract(t *testing.T) {
 	require.Equal(t, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", own[messages.HdrTraceParent][0], "the application's context wins")
 	require.False(t, trace.SpanContextFromContext(oteltrace.Extract(context.Background(), messages.Header{})).IsValid())
 }
+
+// TestTraceOfAConsume: a message read is a wal.dist_consume span under
+// the reader's span, linked to the context its producer wrote into it.
+func TestTraceOfAConsume(t *testing.T) {
+	tr := startTraced(t)
+	_, produced := tr.caller(t, func(ctx context.Context) {
+		m, err := tr.client.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
+		require.NoError(t, err)
+		_, err = tr.client.Append(ctx, m)
+		require.NoError(t, err)
+	})
+	dist := one(t, produced, oteltrace.SpanDistAppend)
+	reader, spans := tr.caller(t, func(ctx context.Context) {
+		s, err := tr.client.Read(ctx, client.ReadOptions{VChannel: tr.v, Start: client.Earliest(), UntilNow: true})
+		require.NoError(t, err)
+		defer s.Close()
+		for m, err := range s.All(ctx) {
+			require.NoError(t, err)
+			require.NotNil(t, m)
+		}
+	})
+	var consumed []tracetest.SpanStub
+	for _, s := range named(spans, oteltrace.SpanDistConsume) {
+		if typ, _ := attr(s, oteltrace.AttrMessageType); typ.AsString() == messages.TypeInsert.Name {
+			consumed = append(consumed, s)
+		}
+	}
+	require.Len(t, consumed, 1, "one span for the one insert read")
+	requireChild(t, reader, consumed[0])
+	require.Len(t, consumed[0].Links, 1)
+	require.Equal(t, dist.SpanContext.SpanID(), consumed[0].Links[0].SpanContext.SpanID(), "linked to the producer's context")
+	require.Equal(t, dist.SpanContext.TraceID(), consumed[0].Links[0].SpanContext.TraceID())
+}
