@@ -72,6 +72,7 @@ func (c *Client) Broadcast(ctx context.Context, req BroadcastRequest) (Broadcast
 	if !req.AppendFirst.IsZero() {
 		wreq.AppendFirst = req.AppendFirst.String()
 	}
+	wreq.TraceParent, wreq.TraceState = oteltrace.Context(ctx)
 	var reply wire.BroadcastReply
 	if err := c.callCoord(ctx, streamwal.CoordBroadcast, wreq, &reply); err != nil {
 		span.RecordError(err)

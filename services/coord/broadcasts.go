@@ -65,6 +65,7 @@ func (t *term) runBroadcast(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	r := broadcast.Request{Type: typ, Targets: targets, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
+		TraceParent: req.TraceParent, TraceState: req.TraceState,
 		Scope: messages.KeyScope{DBName: req.DBName, CollectionName: req.CollectionName, SnapshotName: req.SnapshotName}}
 	if req.AppendFirst != "" {
 		if r.AppendFirst, err = streamwal.ParseVChannel(req.AppendFirst); err != nil {

@@ -225,6 +225,10 @@ type BroadcastRequest struct {
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
 	// AppendFirst is a VChannel target appended before every other.
 	AppendFirst string `json:"append_first,omitempty"`
+	// TraceParent and TraceState are the caller's W3C trace context,
+	// which every replica carries.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // BroadcastReply is the broadcast's ID and where each target's replica

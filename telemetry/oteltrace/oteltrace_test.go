@@ -183,7 +183,8 @@ func TestTraceOfATransaction(t *testing.T) {
 // TestTraceOfABroadcast: a broadcast to several VChannels (a new
 // collection of two shards) is a wal.broadcast span under the caller's,
 // naming its type, its target VChannels and the ID the coordinator gave
-// it.
+// it, and the append of each of its replicas at the node is a wal.append
+// under it.
 func TestTraceOfABroadcast(t *testing.T) {
 	tr := startTraced(t)
 	var vs []streamwal.VChannel
@@ -202,6 +203,19 @@ func TestTraceOfABroadcast(t *testing.T) {
 	got, _ := attr(bc, oteltrace.AttrBroadcastVChannel)
 	require.Len(t, vs, 2)
 	require.Equal(t, []string{vs[0].String(), vs[1].String()}, got.AsStringSlice())
+
+	// Every replica carries the broadcast's context to its node: one
+	// wal.append under wal.broadcast for each VChannel and the CChannel.
+	targets := map[string]bool{}
+	for _, a := range named(spans, oteltrace.SpanAppend) {
+		requireChild(t, bc.SpanContext, a)
+		typ, _ := attr(a, oteltrace.AttrMessageType)
+		require.Equal(t, messages.TypeCreateCollection.Name, typ.AsString())
+		v, _ := attr(a, oteltrace.AttrMessageVChannel)
+		targets[v.AsString()] = true
+	}
+	require.Len(t, targets, 3, "the two VChannels and the CChannel: %v", targets)
+	require.True(t, targets[vs[0].String()] && targets[vs[1].String()], "%v", targets)
 }
 
 // TestInjectAndExtract: a span context survives a message's headers; a

@@ -70,6 +70,9 @@ type Request struct {
 	// AppendFirst names a VChannel target appended (and persisted) before
 	// every other target.
 	AppendFirst streamwal.VChannel
+	// TraceParent and TraceState are the caller's W3C trace context, which
+	// every replica carries (none on untraced types).
+	TraceParent, TraceState string
 }
 
 // Broadcaster runs broadcast tasks for one active coordinator term.
@@ -170,7 +173,7 @@ func (b *Broadcaster) restore(t *Task) (*run, error) {
 	if err != nil {
 		return nil, err
 	}
-	bm, err := b.cfg.Codec.NewBroadcast(typ, tg, t.Scope, t.Payload)
+	bm, err := b.cfg.Codec.NewBroadcast(typ, tg, t.Scope, t.Payload, traceOption(t.TraceParent, t.TraceState)...)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +281,7 @@ func (b *Broadcaster) Broadcast(ctx context.Context, req Request) (Result, error
 			return b.wait(ctx, r)
 		}
 	}
-	bm, err := b.cfg.Codec.NewBroadcast(req.Type, req.Targets, req.Scope, req.Payload)
+	bm, err := b.cfg.Codec.NewBroadcast(req.Type, req.Targets, req.Scope, req.Payload, traceOption(req.TraceParent, req.TraceState)...)
 	if err != nil {
 		return Result{}, err
 	}
@@ -300,7 +303,7 @@ func (b *Broadcaster) newTask(ctx context.Context, req Request, bm *messages.Bro
 	}
 	bm.SetID(id)
 	t := &Task{ID: id, State: Pending, Type: req.Type.Name, Scope: req.Scope, Payload: req.Payload,
-		IdemKey: idem, Created: time.Now().UTC()}
+		IdemKey: idem, Created: time.Now().UTC(), TraceParent: req.TraceParent, TraceState: req.TraceState}
 	if !req.AppendFirst.IsZero() {
 		t.AppendFirst = req.AppendFirst.String()
 	}
@@ -438,3 +441,12 @@ func (b *Broadcaster) Close() {
 
 // errStopped ends a task's work when the broadcaster stops.
 var errStopped = errors.New("broadcaster stopped")
+
+// traceOption carries a trace context into a broadcast's replicas (none
+// when there is none).
+func traceOption(parent, state string) []messages.Option {
+	if parent == "" {
+		return nil
+	}
+	return []messages.Option{messages.WithTrace(parent, state)}
+}

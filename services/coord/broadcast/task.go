@@ -73,6 +73,10 @@ type Task struct {
 	ErrorCode streamwal.Code `json:"error_code,omitempty"`
 	Created   time.Time      `json:"created"`
 	Finished  time.Time      `json:"finished,omitempty"`
+	// TraceParent and TraceState are the caller's trace context, which
+	// every replica carries.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // targets lists every target name, VChannels (with the CChannel) first.

@@ -74,7 +74,8 @@ type interceptor interface {
 // run takes op through the chain and the writer, and returns the stored
 // messages.
 func (w *WAL) run(ctx context.Context, op *appendOp) ([]*messages.ImmutableMessage, error) {
-	if err := w.start(ctx, op); err != nil {
+	op, err := w.startOrWait(ctx, op)
+	if err != nil {
 		return nil, err
 	}
 	return w.wait(ctx, op)
@@ -229,33 +230,79 @@ func (w *WAL) stamp(op *appendOp) error {
 	return nil
 }
 
-// claimIDs registers op's caller message IDs as in flight; an append
-// whose ID is already in flight is refused (retriable): once the first
-// resolved, a retry returns what it stored.
+// claimIDs registers op's caller message IDs as in flight. An append one
+// of whose IDs is in flight already (a client's retry of a request the
+// WAL is still at work on) is refused with an idInFlight, which start's
+// callers wait out.
 func (w *WAL) claimIDs(op *appendOp) error {
 	for i, m := range op.msgs {
-		if id := m.MsgID(); id != "" && w.msgIDs[id] {
-			for _, prev := range op.msgs[:i] {
-				delete(w.msgIDs, prev.MsgID())
-			}
-			return streamwal.Errorf(streamwal.CodeUnavailable, "an append with message id %q is in flight; retry when it resolved", id)
-		} else if id != "" {
-			w.msgIDs[id] = true
+		id := m.MsgID()
+		if id == "" {
+			continue
 		}
+		if done, ok := w.msgIDs[id]; ok {
+			for _, prev := range op.msgs[:i] {
+				if mine, ok := w.msgIDs[prev.MsgID()]; ok {
+					close(mine)
+					delete(w.msgIDs, prev.MsgID())
+				}
+			}
+			return &idInFlight{id: id, done: done}
+		}
+		w.msgIDs[id] = make(chan struct{})
 	}
 	op.claimed = true
 	return nil
 }
 
-// releaseIDs forgets op's message IDs once it resolved.
+// releaseIDs forgets op's message IDs once it resolved, and lets the
+// appends waiting for them go.
 func (w *WAL) releaseIDs(op *appendOp) {
 	if !op.claimed {
 		return
 	}
 	for _, m := range op.msgs {
-		delete(w.msgIDs, m.MsgID())
+		if done, ok := w.msgIDs[m.MsgID()]; ok {
+			close(done)
+			delete(w.msgIDs, m.MsgID())
+		}
 	}
 	op.claimed = false
+}
+
+// idInFlight refuses to start an append one of whose message IDs is in
+// flight in another append; done is closed once that one resolved.
+type idInFlight struct {
+	id   string
+	done <-chan struct{}
+}
+
+// Error implements error.
+func (e *idInFlight) Error() string {
+	return "an append with message id " + e.id + " is in flight"
+}
+
+// startOrWait starts op; while one of its message IDs is in flight in
+// another append, it waits for that one to resolve and starts a fresh op
+// of the same messages: the stream's deduplication then returns what that
+// one stored, or, if it did not land, this one lands. Waiting, rather
+// than refusing, keeps a client that retries a slow request from sending
+// it again and again while the first attempt is at work. It returns the
+// op that started.
+func (w *WAL) startOrWait(ctx context.Context, op *appendOp) (*appendOp, error) {
+	for {
+		err := w.start(ctx, op)
+		var busy *idInFlight
+		if !errors.As(err, &busy) {
+			return op, err
+		}
+		select {
+		case <-busy.done:
+		case <-ctx.Done():
+			return op, streamwal.Errorf(streamwal.CodeUnavailable, "an append with message id %q is in flight and did not resolve in time: %w", busy.id, ctx.Err())
+		}
+		op = &appendOp{msgs: op.msgs, whole: op.whole, internal: op.internal}
+	}
 }
 
 // nextTimeTick draws a TimeTick above the floor.

@@ -392,3 +392,63 @@ func ids(msgs []*messages.ImmutableMessage) []messages.MessageID {
 	}
 	return out
 }
+
+// TestRetriesOfOneMessageIDWhileInFlight: 32 goroutines append, at once,
+// copies of 8 messages (a client's retries of requests the WAL is still at
+// work on, each copy a new request): every call returns the one message
+// stored for its ID, none is refused because another copy is in flight,
+// and the VChannel holds each message once.
+func TestRetriesOfOneMessageIDWhileInFlight(t *testing.T) {
+	e := newEnv(t)
+	w := e.open(1)
+	defer w.Close()
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const ids, copies = 8, 32
+	got := make([][]*messages.ImmutableMessage, ids)
+	for i := range got {
+		got[i] = make([]*messages.ImmutableMessage, copies)
+	}
+	var wg sync.WaitGroup
+	for c := range copies {
+		wg.Go(func() {
+			msgs := make([]*messages.MutableMessage, ids)
+			for i := range msgs {
+				msgs[i] = e.insert(v, fmt.Sprintf("m%d", i), messages.WithMsgID(fmt.Sprintf("retry-%d", i)))
+			}
+			out, errs := w.AppendMany(ctx, msgs)
+			for i := range out {
+				if errs[i] != nil {
+					t.Errorf("copy %d of message %d: %v", c, i, errs[i])
+					continue
+				}
+				got[i][c] = out[i]
+			}
+		})
+	}
+	wg.Wait()
+	var last messages.MessageID
+	for i, copies := range got {
+		for c, m := range copies {
+			if m == nil || copies[0] == nil {
+				continue
+			}
+			require.Equal(t, copies[0].ID(), m.ID(), "message %d: copy %d stored at another ID", i, c)
+			require.Equal(t, fmt.Sprintf("m%d", i), string(m.Payload()))
+			last = max(last, m.ID())
+		}
+	}
+	sc := e.scan(v, read.Earliest())
+	defer sc.Close()
+	seen := map[string]int{}
+	for _, m := range e.readUntil(sc, last) {
+		if m.Type() == messages.TypeInsert {
+			seen[string(m.Payload())]++
+		}
+	}
+	for i := range ids {
+		require.Equal(t, 1, seen[fmt.Sprintf("m%d", i)], "message %d stored %d times", i, seen[fmt.Sprintf("m%d", i)])
+	}
+}

@@ -50,7 +50,7 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 		alloc:    alloc,
 		locks:    lock.NewTable(),
 		granted:  map[uint64]chan struct{}{},
-		msgIDs:   map[string]bool{},
+		msgIDs:   map[string]chan struct{}{},
 		txns:     txn.NewTable(),
 		life:     lifecycle.NewTable(),
 		stop:     make(chan struct{}),

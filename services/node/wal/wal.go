@@ -36,7 +36,7 @@ type WAL struct {
 	locks    *lock.Table
 	lockSeq  uint64
 	granted  map[uint64]chan struct{}
-	msgIDs   map[string]bool // caller message IDs in flight
+	msgIDs   map[string]chan struct{} // caller message IDs in flight: closed once their append resolved
 	txns     *txn.Table
 	life     *lifecycle.Table
 	syncer   *timetick.Syncer
@@ -183,7 +183,7 @@ func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) (
 			errs[i] = streamwal.Errorf(streamwal.CodeUnavailable, "not started: message %d of the request was refused: %w", refused.index, refused.err)
 			continue
 		}
-		if errs[i] = w.start(ctx, ops[i]); errs[i] == nil {
+		if ops[i], errs[i] = w.startOrWait(ctx, ops[i]); errs[i] == nil {
 			started <- i
 		} else if streamwal.IsRetriableWithID(errs[i]) {
 			refused = &refusal{index: i, err: errs[i]}
