@@ -189,6 +189,7 @@ type Client struct {
 	mu       sync.Mutex
 	batchers map[streamwal.PChannel]*batcher
 	subsKV   njs.KeyValue // the subscriptions bucket, once opened
+	subs     map[*Subscription]struct{}
 	closed   bool
 	wg       sync.WaitGroup
 }
@@ -261,7 +262,12 @@ func (c *Client) Close() error {
 	c.closed = true
 	bs := c.batchers
 	c.batchers = map[streamwal.PChannel]*batcher{}
+	subs := c.subs
+	c.subs = nil
 	c.mu.Unlock()
+	for s := range subs {
+		_ = s.Close()
+	}
 	for _, b := range bs {
 		b.close()
 	}

@@ -337,10 +337,11 @@ func (g *groupMember) release() {
 }
 
 // guard refuses an ack on v by a group member that no longer holds v.
+//
+// It takes no lock of s (its callers hold a reader's, which nests inside
+// s.mu): s.group is set once, before any VChannel is read.
 func (s *Subscription) guard(v streamwal.VChannel) error {
-	s.mu.Lock()
 	g := s.group
-	s.mu.Unlock()
 	if g == nil || g.valid(v) {
 		return nil
 	}

@@ -54,7 +54,8 @@ func firstID(t *testing.T, ctx context.Context, c *client.Client, p streamwal.PC
 }
 
 // TestPositionsHoldTheLog: the owner's truncation stops at the position
-// of a durable subscription, not at one idle past its expiry (listed as
+// of a durable subscription that is open (which keeps it alive however
+// short its expiry), not at one closed and idle past its expiry (listed as
 // expired), and passes it once the subscription is deleted.
 func TestPositionsHoldTheLog(t *testing.T) {
 	s := newTruncatingSystem(t)
@@ -68,7 +69,8 @@ func TestPositionsHoldTheLog(t *testing.T) {
 	idle := subscribe(t, ctx, c, "idle", client.SubscribeVChannel(v), dataTypes, client.SubscribeExpiry(200*time.Millisecond))
 	require.NoError(t, receive(t, ctx, idle, 1)[0].Ack(ctx))
 	idleFrom := idle.Positions()[0].From
-	holder := subscribe(t, ctx, c, "holder", client.SubscribeVChannel(v), dataTypes)
+	require.NoError(t, idle.Close())
+	holder := subscribe(t, ctx, c, "holder", client.SubscribeVChannel(v), dataTypes, client.SubscribeExpiry(200*time.Millisecond))
 	got := receive(t, ctx, holder, 4)
 	require.NoError(t, got[3].Ack(ctx))
 	held := holder.Positions()[0].From
@@ -101,7 +103,6 @@ func TestPositionsHoldTheLog(t *testing.T) {
 	}, 20*time.Second, 50*time.Millisecond, "a deleted subscription stops holding the log")
 
 	// The idle one now resumes below the stream: from the archive.
-	require.NoError(t, idle.Close())
 	idle = subscribe(t, ctx, c, "idle", client.SubscribeVChannel(v), dataTypes)
 	require.Equal(t, []string{"m-1", "m-2"}, delivered(receive(t, ctx, idle, 2)), "read from the archive")
 }

@@ -232,6 +232,12 @@ func (c *Client) Subscribe(ctx context.Context, name string, opts ...SubscribeOp
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Subscription{c: c, name: name, kv: kv, opts: o, out: make(chan *Delivery, o.buffer), errc: make(chan error, 1),
 		ctx: sctx, cancel: cancel, readers: map[streamwal.VChannel]*vreader{}}
+	if err := c.track(s); err != nil {
+		cancel()
+		return nil, err
+	}
+	s.wg.Add(1)
+	go s.keepAlive()
 	if o.group != nil {
 		if err := s.joinGroup(ctx, vs); err != nil {
 			s.Close()
@@ -246,6 +252,68 @@ func (c *Client) Subscribe(ctx context.Context, name string, opts ...SubscribeOp
 		}
 	}
 	return s, nil
+}
+
+// track registers s, so that Close closes it.
+func (c *Client) track(s *Subscription) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errClosed()
+	}
+	if c.subs == nil {
+		c.subs = map[*Subscription]struct{}{}
+	}
+	c.subs[s] = struct{}{}
+	return nil
+}
+
+// keepAliveMax bounds the period of keepAlive.
+const keepAliveMax = time.Minute
+
+// keepAlive rewrites the positions of the VChannels s reads with a new
+// Acked time, a quarter of its expiry apart (at most a minute): a
+// subscription that is open is not idle, even when nothing arrives to be
+// acknowledged, and its positions keep holding the log.
+func (s *Subscription) keepAlive() {
+	defer s.wg.Done()
+	if s.opts.expiry < 0 {
+		return
+	}
+	t := time.NewTicker(min(s.opts.expiry/4, keepAliveMax))
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		readers := make([]*vreader, 0, len(s.readers))
+		for _, r := range s.readers {
+			readers = append(readers, r)
+		}
+		s.mu.Unlock()
+		for _, r := range readers {
+			s.refresh(r)
+		}
+	}
+}
+
+// refresh rewrites r's position with a new Acked time while r is read.
+func (s *Subscription) refresh(r *vreader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel == nil || s.guard(r.v) != nil {
+		return // not read here (any more)
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.c.opts.timeout)
+	defer cancel()
+	pos := r.pos
+	pos.Acked = time.Now().UTC()
+	if rev, stored, err := s.store(ctx, r.v, pos, r.rev); err == nil {
+		r.pos, r.rev = stored, rev
+	}
 }
 
 // subscribeConfig validates name and opts.
@@ -652,6 +720,9 @@ func (s *Subscription) Close() error {
 	s.closed = true
 	g := s.group
 	s.mu.Unlock()
+	s.c.mu.Lock()
+	delete(s.c.subs, s)
+	s.c.mu.Unlock()
 	if g != nil {
 		g.stop()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +59,20 @@ func trOptions(srv *embedded.Server) system.Options {
 			Cadence:          recovery.Cadence{Interval: 100 * time.Millisecond},
 			Shard:            shard.Config{Capacity: 3 << 10, Jitter: -1},
 		}}}
+}
+
+// currentLocal is the local bypass of a client that outlives the systems
+// of its test: it appends through the nodes of the system started last
+// (a restarted system replaces the one before it).
+type currentLocal struct{ s atomic.Pointer[system.System] }
+
+// AppendLocal appends through the current system's nodes (client.Local).
+func (l *currentLocal) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal.PChannel, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error, bool) {
+	s := l.s.Load()
+	if s == nil {
+		return nil, nil, false
+	}
+	return s.Local().AppendLocal(ctx, c, p, msgs)
 }
 
 // reconnectingClient is a client of cluster on a connection to srv of
@@ -311,6 +326,8 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 	srv := embedded.StartTest(t, func(o *embedded.Options) { o.SyncAlways = true })
 	o := trOptions(srv)
 	s := startOn(t, o)
+	local := &currentLocal{}
+	local.s.Store(s)
 	l := &trLoad{clLoad: &clLoad{plain: map[string]clPlain{}, perV: map[streamwal.VChannel]int{},
 		committed: map[clTxnKey]*clTxn{}, rolledBack: map[clTxnKey]*clTxn{}, failed: map[clTxnKey]*clTxn{},
 		uncertain: map[clTxnKey]*clTxn{}, forbidden: map[string]bool{}, txnCodes: map[streamwal.Code]int{}},
@@ -319,7 +336,7 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 	// On a failure, the appenders are told to stop, the client closes
 	// (failing what they still wait for), then they are waited for.
 	t.Cleanup(l.wg.Wait)
-	c := reconnectingClient(t, srv, trCluster)
+	c := reconnectingClient(t, srv, trCluster, client.WithLocal(local))
 	t.Cleanup(l.halt)
 	be := tiersOf(t, srv, c.Codec())
 	ctx := testContext(t)
@@ -352,6 +369,7 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 	s.Crash()
 	require.NoError(t, srv.Restart())
 	s = startOn(t, o)
+	local.s.Store(s)
 	l.round(t, s, be, "round 2, after a crash of everything")
 
 	// The whole cluster stops gracefully, without load, and restarts with
@@ -361,6 +379,7 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 	s.Close()
 	require.NoError(t, srv.Restart())
 	s = startOn(t, o)
+	local.s.Store(s)
 	l.startRound(trAppenders, 3)
 	l.round(t, s, be, "round 3, after a graceful restart of everything")
 	l.stopRound()
