@@ -17,7 +17,6 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/timetick"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -383,13 +382,13 @@ func TestTSOConcurrentRangesAreDisjoint(t *testing.T) {
 func TestTSOBadRequests(t *testing.T) {
 	e := newEnv(t)
 	e.waitActive(5*time.Second, e.start("a"))
-	for _, n := range []uint32{0, timetick.MaxBatch + 1} {
+	for _, n := range []uint32{0, wire.MaxTSOCount + 1} {
 		_, err := e.tso(n)
 		require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "count %d", n)
 	}
 	require.ErrorIs(t, e.raw(streamwal.CoordTSO, "{"), streamwal.ErrInvalidArgument)
 	require.ErrorIs(t, e.raw(streamwal.CoordTSO, `{"count":"many"}`), streamwal.ErrInvalidArgument)
-	_, err := e.tso(timetick.MaxBatch)
+	_, err := e.tso(wire.MaxTSOCount)
 	require.NoError(t, err)
 }
 

@@ -5,7 +5,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/timetick"
+	"github.com/streamwal/streamwal/services/wire"
 )
 
 // tsoWindow is how far ahead of the clock the oracle persists its bound.
@@ -27,8 +27,8 @@ func newOracle(bound messages.TimeTick) *oracle { return &oracle{last: bound, bo
 // bound to persist first if the range passes the current one (zero if
 // not).
 func (o *oracle) reserve(now time.Time, n uint32) (first, last, persist messages.TimeTick, err error) {
-	if n == 0 || n > timetick.MaxBatch {
-		return 0, 0, 0, streamwal.Errorf(streamwal.CodeInvalidArgument, "allocate %d timeticks: want 1 to %d", n, timetick.MaxBatch)
+	if n == 0 || n > wire.MaxTSOCount {
+		return 0, 0, 0, streamwal.Errorf(streamwal.CodeInvalidArgument, "allocate %d timeticks: want 1 to %d", n, wire.MaxTSOCount)
 	}
 	first = max(messages.TimeTickAt(now), o.last+1)
 	last = first + messages.TimeTick(n) - 1

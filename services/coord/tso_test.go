@@ -9,7 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/node/timetick"
+	"github.com/streamwal/streamwal/services/wire"
 )
 
 // epoch0 is an arbitrary wall-clock origin for the oracle's clock.
@@ -28,7 +28,7 @@ func TestOracleStrictlyIncreasing(t *testing.T) {
 	o := newOracle(0)
 	now := epoch0
 	var prev messages.TimeTick
-	for i, n := range []uint32{1, 1, 10, timetick.MaxBatch, 3, 1} {
+	for i, n := range []uint32{1, 1, 10, wire.MaxTSOCount, 3, 1} {
 		first, last, _ := hand(t, o, now, n)
 		require.Greater(t, first, prev, "batch %d", i)
 		require.Equal(t, messages.TimeTick(n), last-first+1, "batch %d is n consecutive TimeTicks", i)
@@ -92,7 +92,7 @@ func TestOraclePersistsBoundAhead(t *testing.T) {
 	// bound to persist is the batch's last TimeTick.
 	far := messages.TimeTickAt(now.Add(time.Hour))
 	o = newOracle(far)
-	first, last, persist, err := o.reserve(now, timetick.MaxBatch)
+	first, last, persist, err := o.reserve(now, wire.MaxTSOCount)
 	require.NoError(t, err)
 	require.Equal(t, far+1, first)
 	require.Equal(t, last, persist)
@@ -137,11 +137,11 @@ func TestOracleStartsAbovePersistedBound(t *testing.T) {
 
 func TestOracleInvalidCount(t *testing.T) {
 	o := newOracle(0)
-	for _, n := range []uint32{0, timetick.MaxBatch + 1, ^uint32(0)} {
+	for _, n := range []uint32{0, wire.MaxTSOCount + 1, ^uint32(0)} {
 		_, _, _, err := o.reserve(epoch0, n)
 		require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "count %d", n)
 	}
-	_, _, _, err := o.reserve(epoch0, timetick.MaxBatch)
+	_, _, _, err := o.reserve(epoch0, wire.MaxTSOCount)
 	require.NoError(t, err)
 }
 
@@ -170,7 +170,7 @@ func TestOracleModel(t *testing.T) {
 				continue
 			}
 			now = now.Add(time.Duration(rapid.Int64Range(-int64(50*time.Millisecond), int64(200*time.Millisecond)).Draw(t, "tick")))
-			n := rapid.OneOf(rapid.Uint32Range(1, 16), rapid.Uint32Range(1, timetick.MaxBatch)).Draw(t, "n")
+			n := rapid.OneOf(rapid.Uint32Range(1, 16), rapid.Uint32Range(1, wire.MaxTSOCount)).Draw(t, "n")
 			first, last, persist, err := o.reserve(now, n)
 			require.NoError(t, err)
 			if persist != 0 {

@@ -194,3 +194,7 @@ func Decode(data []byte, req any) error {
 	}
 	return nil
 }
+
+// MaxTSOCount is the most TimeTicks one TSORequest may ask for: the
+// coordinator refuses more, and a node's allocator never draws more.
+const MaxTSOCount = 1 << 16

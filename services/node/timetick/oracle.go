@@ -7,10 +7,12 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/wire"
 )
 
-// MaxBatch bounds one Allocate call.
-const MaxBatch = 1 << 16
+// MaxBatch bounds one Allocate call: the most a request to the
+// coordinator's oracle may ask for.
+const MaxBatch = wire.MaxTSOCount
 
 // Oracle hands out hybrid timestamps.
 type Oracle interface {
