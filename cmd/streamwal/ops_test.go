@@ -51,7 +51,7 @@ func newClusterWith(t *testing.T, cfg node.Config) *cluster {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sys, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir(), Port: 0},
-		Node: cfg})
+		Node: cfg, MetricsAddr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"slices"
@@ -259,6 +261,10 @@ func TestREADMEWalkthrough(t *testing.T) {
 				out = runWalkthroughCommand(t, c, where, stdin, words[3:], seen)
 			case words[0] == "streamwal" || words[0] == "./streamwal":
 				out = runWalkthroughCommand(t, c, where, stdin, words[1:], seen)
+			case words[0] == "curl":
+				require.Empty(t, stdin, where)
+				out = runWalkthroughCurl(t, c, where, words[1:])
+				seen["curl"] = true
 			case words[0] == "nats":
 				require.Empty(t, stdin, where)
 				if s := checkNats(t, c, where, words[1:], seen); s != nil {
@@ -287,7 +293,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	}
 	require.Greater(t, ran, 0)
 	for _, kind := range []string{"collection create", "append", "append from standard input", "tail", "status", "bench",
-		"nats stream ls", "nats stream view", "nats stream get", "nats sub", "nats kv ls", "nats kv watch"} {
+		"nats stream ls", "nats stream view", "nats stream get", "nats sub", "nats kv ls", "nats kv watch", "curl"} {
 		require.True(t, seen[kind], "the walkthrough shows no %s", kind)
 	}
 }
@@ -314,6 +320,25 @@ func runWalkthroughCommand(t *testing.T, c *cluster, where, stdin string, args [
 	require.NoError(t, err, where)
 	require.NotEmpty(t, out, where)
 	return out
+}
+
+// runWalkthroughCurl fetches what a `curl -s HOST:PORT/PATH` of the
+// walkthrough asks of serve's --metrics-addr, from the cluster's metrics
+// endpoint, and returns the body.
+func runWalkthroughCurl(t *testing.T, c *cluster, where string, args []string) string {
+	t.Helper()
+	require.Len(t, args, 2, "%s: curl -s URL", where)
+	require.Equal(t, "-s", args[0], where)
+	u := strings.TrimPrefix(args[1], "http://")
+	slash := strings.Index(u, "/")
+	require.Positive(t, slash, "%s: a URL with a path", where)
+	resp, err := http.Get("http://" + c.sys.MetricsAddr() + u[slash:])
+	require.NoError(t, err, where)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err, where)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", where, body)
+	return string(body)
 }
 
 // checkNats checks what a nats command of the walkthrough shows, through
