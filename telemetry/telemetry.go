@@ -261,6 +261,10 @@ type StorageEvent struct {
 	// CheckpointAge is how far the last persisted checkpoint's TimeTick
 	// lies in the past (0 before the first).
 	CheckpointAge time.Duration
+	// WatermarkLag is how far the TimeTick up to which the WAL consumed
+	// its log (every message at or below it applied to its recovery
+	// state) lies in the past (0 before the first).
+	WatermarkLag time.Duration
 	// Truncated is the MessageID truncation last applied (0: none).
 	Truncated uint64
 	// Growing, Sealed and Flushed count the segments in each state.

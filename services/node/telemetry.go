@@ -146,6 +146,9 @@ func storageEvent(p streamwal.PChannel, st wal.StorageState, now time.Time) tele
 	if tt := st.Persisted.TimeTick; tt != 0 {
 		e.CheckpointAge = max(now.Sub(tt.Physical()), 0)
 	}
+	if tt := st.Consumed.TimeTick; tt != 0 {
+		e.WatermarkLag = max(now.Sub(tt.Physical()), 0)
+	}
 	for _, s := range st.Segments {
 		switch s.State {
 		case shard.Growing:

@@ -90,7 +90,7 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 	hooks.OnOpen(telemetry.OpenEvent{PChannel: p, Term: 1, Err: streamwal.Errorf(streamwal.CodeFenced, "fenced")})
 	hooks.OnHeartbeat(telemetry.HeartbeatEvent{Node: "node-1", Serving: 7})
 	hooks.OnTSO(telemetry.TSOEvent{Count: 16})
-	hooks.OnStorage(telemetry.StorageEvent{PChannel: p, CheckpointAge: 1500 * time.Millisecond, Truncated: 42, Growing: 2})
+	hooks.OnStorage(telemetry.StorageEvent{PChannel: p, CheckpointAge: 1500 * time.Millisecond, WatermarkLag: 250 * time.Millisecond, Truncated: 42, Growing: 2})
 	hooks.OnBroadcastStuck(telemetry.BroadcastStuckEvent{Stuck: 1})
 
 	fams := scrape(t, e)
@@ -114,6 +114,7 @@ func TestMetricsInPrometheusFormat(t *testing.T) {
 		{"streamwal_tso_allocations_total", map[string]string{"code": "OK"}, 1},
 		{"streamwal_tso_timeticks_total", nil, 16},
 		{"streamwal_checkpoint_age_seconds", pl, 1.5},
+		{"streamwal_watermark_lag_seconds", pl, 0.25},
 		{"streamwal_truncation_point", pl, 42},
 		{"streamwal_segments", map[string]string{"pchannel": "pchan-3", "state": "growing"}, 2},
 		{"streamwal_broadcasts_stuck", nil, 1},

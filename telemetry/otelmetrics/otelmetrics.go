@@ -48,7 +48,7 @@ type Metrics struct {
 	appendDur, openDur, bcastDur                                                                 metric.Float64Histogram
 	unitSize, replayed                                                                           metric.Int64Histogram
 	serving, stuck, truncated, segments                                                          metric.Int64Gauge
-	checkpointAge                                                                                metric.Float64Gauge
+	checkpointAge, watermarkLag                                                                  metric.Float64Gauge
 
 	pchannels sync.Map // streamwal.PChannel -> attribute.KeyValue
 	options   sync.Map // pchannelKey, appendKey, unitKey -> metric.MeasurementOption
@@ -116,6 +116,8 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		stuck:      b.gauge("streamwal.broadcasts.stuck", "{broadcast}", "Broadcasts stuck now (a target refused them for good)."),
 		checkpointAge: b.floatGauge("streamwal.checkpoint.age", "s",
 			"Age of the TimeTick of a WAL's last persisted checkpoint, by PChannel."),
+		watermarkLag: b.floatGauge("streamwal.watermark.lag", "s",
+			"Age of the TimeTick up to which a WAL consumed its log into its recovery state, by PChannel."),
 		truncated: b.gauge("streamwal.truncation.point", "", "MessageID below which a WAL's stream was last truncated, by PChannel."),
 		segments:  b.gauge("streamwal.segments", "{segment}", "Segments of a WAL, by PChannel and state (growing, sealed, flushed)."),
 	}
@@ -300,6 +302,7 @@ func (m *Metrics) OnBroadcastStuck(e telemetry.BroadcastStuckEvent) {
 func (m *Metrics) OnStorage(e telemetry.StorageEvent) {
 	p := m.pchannel(e.PChannel)
 	m.checkpointAge.Record(bg, e.CheckpointAge.Seconds(), attrs(p))
+	m.watermarkLag.Record(bg, e.WatermarkLag.Seconds(), attrs(p))
 	m.truncated.Record(bg, int64(e.Truncated), attrs(p))
 	for _, s := range []struct {
 		state string
