@@ -35,29 +35,27 @@ type groupOptions struct {
 // positions. member names the member (a letter or digit, then letters,
 // digits or '-'); "" makes one up.
 func SubscribeGroup(member string) SubscribeOption {
-	return func(o *subscribeOptions) {
-		if o.group == nil {
-			o.group = &groupOptions{ttl: DefaultLeaseTTL}
-		}
-		o.group.member = member
-	}
+	return func(o *subscribeOptions) { o.group = &groupOptions{member: member} }
 }
 
 // SubscribeLeaseTTL sets how long a group member's leases last without a
 // renewal (default DefaultLeaseTTL); it needs SubscribeGroup.
 func SubscribeLeaseTTL(d time.Duration) SubscribeOption {
-	return func(o *subscribeOptions) {
-		if o.group == nil {
-			o.group = &groupOptions{}
-		}
-		o.group.ttl = d
-	}
+	return func(o *subscribeOptions) { o.leaseTTL = d }
 }
 
-// checkGroup validates the group options (nil: not a group).
-func checkGroup(name string, g *groupOptions) error {
+// checkGroup validates the group options (nil: not a group) and fills in
+// the lease TTL.
+func checkGroup(name string, g *groupOptions, ttl time.Duration) error {
 	if g == nil {
+		if ttl != 0 {
+			return streamwal.Errorf(streamwal.CodeInvalidArgument, "subscription %s: SubscribeLeaseTTL needs SubscribeGroup", name)
+		}
 		return nil
+	}
+	g.ttl = ttl
+	if ttl == 0 {
+		g.ttl = DefaultLeaseTTL
 	}
 	if g.member == "" {
 		g.member = "m-" + strings.ToLower(nuid.Next())
@@ -66,7 +64,7 @@ func checkGroup(name string, g *groupOptions) error {
 		return err
 	}
 	if g.ttl <= 0 {
-		return streamwal.Errorf(streamwal.CodeInvalidArgument, "group %s: the lease TTL must be positive (and SubscribeLeaseTTL needs SubscribeGroup)", name)
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "group %s: the lease TTL must be positive", name)
 	}
 	return nil
 }

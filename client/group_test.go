@@ -209,6 +209,10 @@ func TestGroupRebalancesWhenAMemberJoinsAndLeaves(t *testing.T) {
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "a group's name is not a plain subscription")
 	_, err = c.Subscribe(ctx, "grp", client.SubscribeCollection(col.ID), client.SubscribeGroup("bad.name"))
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+	_, err = c.Subscribe(ctx, "grp2", client.SubscribeCollection(col.ID), client.SubscribeLeaseTTL(time.Second))
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument, "a lease TTL without a group")
+	_, err = c.Subscribe(ctx, "grp2", client.SubscribeCollection(col.ID), client.SubscribeGroup(""), client.SubscribeLeaseTTL(-time.Second))
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 
 	require.NoError(t, first.Close())
 	require.Eventually(t, func() bool { return holders()["second"] == shards }, 20*time.Second, 20*time.Millisecond,

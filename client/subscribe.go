@@ -28,6 +28,7 @@ type subscribeOptions struct {
 	buffer     int
 	expiry     time.Duration
 	group      *groupOptions // nil: not a group
+	leaseTTL   time.Duration
 }
 
 // SubscribeVChannel subscribes to one VChannel.
@@ -328,7 +329,7 @@ func subscribeConfig(name string, opts []SubscribeOption) (subscribeOptions, err
 	if o.vchannel.IsZero() == (o.collection == 0) {
 		return o, streamwal.Errorf(streamwal.CodeInvalidArgument, "subscription %s needs one VChannel or one collection", name)
 	}
-	if err := checkGroup(name, o.group); err != nil {
+	if err := checkGroup(name, o.group, o.leaseTTL); err != nil {
 		return o, err
 	}
 	if o.collection < 0 || o.buffer <= 0 || o.expiry == 0 {
