@@ -223,7 +223,11 @@ func (e *entry) expired() {
 
 // deliver appends a batch to p within timeout: directly to a WAL served
 // in this process, or as one request on p's append subject.
-func (c *Client) deliver(p streamwal.PChannel, batch []*entry, timeout time.Duration) ([]wire.AppendResult, error) {
+func (c *Client) deliver(p streamwal.PChannel, batch []*entry, timeout time.Duration) (results []wire.AppendResult, err error) {
+	if len(c.opts.hooks) > 0 {
+		start := time.Now()
+		defer func() { c.noteRequest(p, len(batch), results, err, time.Since(start)) }()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if c.opts.local != nil {

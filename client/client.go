@@ -105,6 +105,7 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Defaults.
@@ -129,10 +130,17 @@ type options struct {
 	logger      zerolog.Logger
 	tracer      trace.TracerProvider
 	natsOpts    []nats.Option
+	hooks       telemetry.Hooks
 }
 
 // Option configures a client.
 type Option func(*options)
+
+// WithHooks adds telemetry hooks (package telemetry) that receive the
+// client's events: each append request (telemetry.ClientRequestHook).
+func WithHooks(hooks ...telemetry.Hook) Option {
+	return func(o *options) { o.hooks = append(o.hooks, hooks...) }
+}
 
 // WithCluster names the streamwal cluster (default "local").
 func WithCluster(c streamwal.Cluster) Option { return func(o *options) { o.cluster = c } }

@@ -253,6 +253,26 @@ type BroadcastStuckHook interface {
 	OnBroadcastStuck(BroadcastStuckEvent)
 }
 
+// ClientRequestEvent is one request a client made to a PChannel's owner
+// (through NATS, or its local bypass) with the messages of appends.
+type ClientRequestEvent struct {
+	// PChannel is the PChannel appended to.
+	PChannel streamwal.PChannel
+	// Messages counts the request's messages, Failed those the owner
+	// refused or failed.
+	Messages, Failed int
+	// Code is the request's own error code ("" when it was answered).
+	Code streamwal.Code
+	// Latency is the request's round trip.
+	Latency time.Duration
+}
+
+// ClientRequestHook is called after each append request of a client.
+type ClientRequestHook interface {
+	// OnClientRequest is called on the goroutine that made the request.
+	OnClientRequest(ClientRequestEvent)
+}
+
 // StorageEvent is the state of one WAL's recovery storage, reported with
 // each heartbeat of the node that serves it.
 type StorageEvent struct {
@@ -382,6 +402,15 @@ func (hs Hooks) OnBroadcastStuck(e BroadcastStuckEvent) {
 	for _, h := range hs {
 		if x, ok := h.(BroadcastStuckHook); ok {
 			x.OnBroadcastStuck(e)
+		}
+	}
+}
+
+// OnClientRequest implements ClientRequestHook.
+func (hs Hooks) OnClientRequest(e ClientRequestEvent) {
+	for _, h := range hs {
+		if x, ok := h.(ClientRequestHook); ok {
+			x.OnClientRequest(e)
 		}
 	}
 }

@@ -26,6 +26,7 @@ var (
 	_ telemetry.BroadcastHook      = telemetry.Hooks(nil)
 	_ telemetry.BroadcastStuckHook = telemetry.Hooks(nil)
 	_ telemetry.StorageHook        = telemetry.Hooks(nil)
+	_ telemetry.ClientRequestHook  = telemetry.Hooks(nil)
 )
 
 // p1 and p2 are PChannels of the tests.

@@ -28,6 +28,12 @@ type recorder struct {
 	opens   []telemetry.OpenEvent
 	closes  []telemetry.CloseEvent
 	beats   int
+	// clientMsgs and clientFailed add up the client's requests.
+	clientMsgs, clientFailed int
+}
+
+func (r *recorder) OnClientRequest(e telemetry.ClientRequestEvent) {
+	r.with(func() { r.clientMsgs += e.Messages; r.clientFailed += e.Failed })
 }
 
 func (r *recorder) OnAppendStart(e telemetry.AppendStartEvent) {
@@ -64,7 +70,7 @@ func TestNodeHooksAndReadiness(t *testing.T) {
 	n := sys.Nodes()[0]
 	require.NoError(t, n.Ready())
 
-	c, err := client.Connect(sys.Server.ClientURL(), client.WithCluster("hooks"), client.WithoutLocalBypass())
+	c, err := client.Connect(sys.Server.ClientURL(), client.WithCluster("hooks"), client.WithoutLocalBypass(), client.WithHooks(rec))
 	require.NoError(t, err)
 	defer c.Close()
 	vs, err := c.CreateCollection(ctx, client.Collection{DBName: "db", Name: "hooks", ID: 7})
@@ -100,6 +106,20 @@ func TestNodeHooksAndReadiness(t *testing.T) {
 		require.Equal(t, string(n.ID()), o.Node)
 	}
 	require.Positive(t, rec.beats)
+	rec.mu.Unlock()
+
+	// The client reports its requests: every message of an Append.
+	var batch []*messages.MutableMessage
+	for range 3 {
+		m, err := sys.Codec.New(messages.TypeInsert, vc, []byte("y"))
+		require.NoError(t, err)
+		batch = append(batch, m)
+	}
+	_, err = c.Append(ctx, batch...)
+	require.NoError(t, err)
+	rec.mu.Lock()
+	require.Equal(t, 3, rec.clientMsgs)
+	require.Zero(t, rec.clientFailed)
 	rec.mu.Unlock()
 
 	sys.StopNode(n.ID(), false)

@@ -43,12 +43,12 @@ const codeOK = "OK"
 // Metrics is a telemetry hook that records every event as OpenTelemetry
 // metrics. Put it in the Hooks of the components to measure.
 type Metrics struct {
-	appends, units, recoveries, fences, opens, closes, assigns, beats, tso, tsoTicks, broadcasts metric.Int64Counter
-	inFlight                                                                                     metric.Int64UpDownCounter
-	appendDur, openDur, bcastDur                                                                 metric.Float64Histogram
-	unitSize, replayed                                                                           metric.Int64Histogram
-	serving, stuck, truncated, segments                                                          metric.Int64Gauge
-	checkpointAge, watermarkLag                                                                  metric.Float64Gauge
+	appends, units, recoveries, fences, opens, closes, assigns, beats, tso, tsoTicks, broadcasts, clientReqs metric.Int64Counter
+	inFlight                                                                                                 metric.Int64UpDownCounter
+	appendDur, openDur, bcastDur, clientDur                                                                  metric.Float64Histogram
+	unitSize, replayed                                                                                       metric.Int64Histogram
+	serving, stuck, truncated, segments                                                                      metric.Int64Gauge
+	checkpointAge, watermarkLag                                                                              metric.Float64Gauge
 
 	pchannels sync.Map // streamwal.PChannel -> attribute.KeyValue
 	options   sync.Map // pchannelKey, appendKey, unitKey -> metric.MeasurementOption
@@ -118,8 +118,10 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 			"Age of the TimeTick of a WAL's last persisted checkpoint, by PChannel."),
 		watermarkLag: b.floatGauge("streamwal.watermark.lag", "s",
 			"Age of the TimeTick up to which a WAL consumed its log into its recovery state, by PChannel."),
-		truncated: b.gauge("streamwal.truncation.point", "", "MessageID below which a WAL's stream was last truncated, by PChannel."),
-		segments:  b.gauge("streamwal.segments", "{segment}", "Segments of a WAL, by PChannel and state (growing, sealed, flushed)."),
+		clientReqs: b.counter("streamwal.client.requests", "{request}", "Append requests a client made to PChannels' owners, by PChannel and result code."),
+		clientDur:  b.histogram("streamwal.client.request.duration", "s", "Round trip of a client's append requests, by PChannel.", latencyBuckets),
+		truncated:  b.gauge("streamwal.truncation.point", "", "MessageID below which a WAL's stream was last truncated, by PChannel."),
+		segments:   b.gauge("streamwal.segments", "{segment}", "Segments of a WAL, by PChannel and state (growing, sealed, flushed)."),
 	}
 	if b.err != nil {
 		return nil, b.err
@@ -310,4 +312,11 @@ func (m *Metrics) OnStorage(e telemetry.StorageEvent) {
 	}{{"growing", e.Growing}, {"sealed", e.Sealed}, {"flushed", e.Flushed}} {
 		m.segments.Record(bg, int64(s.n), attrs(p, attribute.String(keyState, s.state)))
 	}
+}
+
+// OnClientRequest implements telemetry.ClientRequestHook.
+func (m *Metrics) OnClientRequest(e telemetry.ClientRequestEvent) {
+	p := m.pchannel(e.PChannel)
+	m.clientReqs.Add(bg, 1, attrs(p, code(e.Code)))
+	m.clientDur.Record(bg, e.Latency.Seconds(), m.ofPChannel(e.PChannel))
 }

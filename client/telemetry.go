@@ -2,12 +2,16 @@ package client
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
@@ -74,4 +78,15 @@ func traceConsume(ctx context.Context, tracer trace.Tracer, m *messages.Immutabl
 	if sc := trace.SpanContextFromContext(oteltrace.Extract(context.Background(), h)); sc.IsValid() {
 		span.AddLink(trace.Link{SpanContext: sc})
 	}
+}
+
+// noteRequest reports an append request of n messages to the hooks.
+func (c *Client) noteRequest(p streamwal.PChannel, n int, results []wire.AppendResult, err error, took time.Duration) {
+	e := telemetry.ClientRequestEvent{PChannel: p, Messages: n, Code: streamwal.CodeOf(err), Latency: took}
+	for _, r := range results {
+		if r.Error != nil {
+			e.Failed++
+		}
+	}
+	c.opts.hooks.OnClientRequest(e)
 }
