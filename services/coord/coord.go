@@ -86,6 +86,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/logging"
@@ -157,6 +158,9 @@ type Config struct {
 	// Hooks receive the coordinator's events (assignment changes, TimeTick
 	// allocations, broadcasts; see package telemetry); none by default.
 	Hooks telemetry.Hooks
+	// TracerProvider, when set, traces broadcast callbacks
+	// (wal.bc_callback, under their broadcast's caller's context).
+	TracerProvider trace.TracerProvider
 }
 
 // withDefaults validates c and fills in defaults.

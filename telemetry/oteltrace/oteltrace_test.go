@@ -31,6 +31,7 @@ type traced struct {
 	tp     *sdktrace.TracerProvider
 	client *client.Client
 	v      streamwal.VChannel
+	col    client.Collection
 }
 
 // startTraced starts a one-node cluster and a client that trace, and
@@ -43,7 +44,7 @@ func startTraced(t *testing.T) *traced {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	sys, err := system.Start(ctx, system.Options{Cluster: "traces", ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Coord: coord.Config{PChannels: 2}, Node: node.Config{TracerProvider: tp}})
+		Coord: coord.Config{PChannels: 2, TracerProvider: tp}, Node: node.Config{TracerProvider: tp}})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
@@ -54,7 +55,7 @@ func startTraced(t *testing.T) *traced {
 	vs, err := c.CreateCollection(ctx, client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2})
 	require.NoError(t, err)
 	require.Len(t, vs, 2)
-	return &traced{exp: exp, tp: tp, client: c, v: vs[0]}
+	return &traced{exp: exp, tp: tp, client: c, v: vs[0], col: client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2}}
 }
 
 // caller runs f under a span of the test's own, and returns its context
@@ -274,4 +275,22 @@ func TestTraceOfAConsume(t *testing.T) {
 	require.Len(t, consumed[0].Links, 1)
 	require.Equal(t, dist.SpanContext.SpanID(), consumed[0].Links[0].SpanContext.SpanID(), "linked to the producer's context")
 	require.Equal(t, dist.SpanContext.TraceID(), consumed[0].Links[0].SpanContext.TraceID())
+}
+
+// TestTraceOfABroadcastCallback: the coordinator's callback of a
+// broadcast (a dropped collection's) is a wal.bc_callback span under the
+// broadcast's.
+func TestTraceOfABroadcastCallback(t *testing.T) {
+	tr := startTraced(t)
+	_, spans := tr.caller(t, func(ctx context.Context) {
+		require.NoError(t, tr.client.DropCollection(ctx, tr.col))
+	})
+	bc := one(t, spans, oteltrace.SpanBroadcast)
+	cb := one(t, spans, oteltrace.SpanBroadcastCallback)
+	requireChild(t, bc.SpanContext, cb)
+	typ, _ := attr(cb, oteltrace.AttrMessageType)
+	require.Equal(t, messages.TypeDropCollection.Name, typ.AsString())
+	id, _ := attr(bc, oteltrace.AttrBroadcastID)
+	cbID, _ := attr(cb, oteltrace.AttrBroadcastID)
+	require.Equal(t, id.AsInt64(), cbID.AsInt64())
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/logging"
@@ -57,6 +58,9 @@ type Config struct {
 	TombstoneAge  time.Duration
 	GCInterval    time.Duration
 	Logger        zerolog.Logger
+	// TracerProvider, when set, traces each callback (wal.bc_callback)
+	// under the trace context of its broadcast's caller.
+	TracerProvider trace.TracerProvider
 }
 
 // Request is one broadcast.

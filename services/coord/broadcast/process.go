@@ -9,10 +9,12 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // start runs a task once its keys are granted (granted nil: they are).
@@ -310,9 +312,12 @@ func (b *Broadcaster) runCallback(r *run) bool {
 	if cb == nil {
 		return true
 	}
+	ctx, span := b.callbackSpan(r)
+	defer span.End()
 	return b.retry(5*time.Second, func() error {
-		err := cb(b.ctx, b.snapshot(r))
+		err := cb(ctx, b.snapshot(r))
 		if err != nil {
+			span.RecordError(err)
 			b.log.Warn().Err(err).Uint64("broadcast", r.task.ID).Str("type", r.task.Type).Msg("callback failed; retrying")
 		}
 		return err
@@ -436,4 +441,16 @@ func (b *Broadcaster) collectOnce() {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// callbackSpan starts the wal.bc_callback span of r's callback, under the
+// trace context its caller gave the broadcast; a span that records
+// nothing (and b's context) without a tracer provider.
+func (b *Broadcaster) callbackSpan(r *run) (context.Context, trace.Span) {
+	if b.cfg.TracerProvider == nil {
+		return b.ctx, trace.SpanFromContext(b.ctx)
+	}
+	parent := oteltrace.Extract(b.ctx, messages.Header{TraceParent: r.task.TraceParent, TraceState: r.task.TraceState})
+	return b.cfg.TracerProvider.Tracer("github.com/streamwal/streamwal/services/coord").Start(parent, oteltrace.SpanBroadcastCallback,
+		trace.WithAttributes(oteltrace.AttrBroadcastID.Int64(int64(r.task.ID)), oteltrace.AttrMessageType.String(r.task.Type)))
 }
