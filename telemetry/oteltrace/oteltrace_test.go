@@ -294,3 +294,38 @@ func TestTraceOfABroadcastCallback(t *testing.T) {
 	cbID, _ := attr(cb, oteltrace.AttrBroadcastID)
 	require.Equal(t, id.AsInt64(), cbID.AsInt64())
 }
+
+// TestTraceOfAConsumedTransaction: a transaction read back arrives
+// assembled as one Txn message, which carries its CommitTxn's context:
+// its wal.dist_consume span is linked to the transaction's span.
+func TestTraceOfAConsumedTransaction(t *testing.T) {
+	tr := startTraced(t)
+	_, produced := tr.caller(t, func(ctx context.Context) {
+		txn, err := tr.client.BeginTxn(ctx, tr.v, 0)
+		require.NoError(t, err)
+		m, err := tr.client.Codec().New(messages.TypeInsert, tr.v, []byte("a"))
+		require.NoError(t, err)
+		_, err = txn.Append(ctx, m)
+		require.NoError(t, err)
+		_, err = txn.Commit(ctx)
+		require.NoError(t, err)
+	})
+	txn := one(t, produced, oteltrace.SpanTxn)
+	_, spans := tr.caller(t, func(ctx context.Context) {
+		s, err := tr.client.Read(ctx, client.ReadOptions{VChannel: tr.v, Start: client.Earliest(), UntilNow: true})
+		require.NoError(t, err)
+		defer s.Close()
+		for _, err := range s.All(ctx) {
+			require.NoError(t, err)
+		}
+	})
+	var consumed []tracetest.SpanStub
+	for _, s := range named(spans, oteltrace.SpanDistConsume) {
+		if typ, _ := attr(s, oteltrace.AttrMessageType); typ.AsString() == messages.TypeTxn.Name {
+			consumed = append(consumed, s)
+		}
+	}
+	require.Len(t, consumed, 1, "the transaction arrives as one Txn message")
+	require.Len(t, consumed[0].Links, 1)
+	require.Equal(t, txn.SpanContext.SpanID(), consumed[0].Links[0].SpanContext.SpanID(), "linked to its CommitTxn's context, the transaction's span")
+}
