@@ -34,20 +34,30 @@ const (
 	SpanAppendImpl = "wal.appendimpl"
 	// SpanBroadcastCallback is a broadcast's callback.
 	SpanBroadcastCallback = "wal.bc_callback"
-	// SpanConsume and SpanDistConsume mark a message read, locally or by a
-	// remote reader, linked to its producer's context.
-	SpanConsume     = "wal.consume"
+	// SpanConsume marks a message read locally, linked to its producer's
+	// context.
+	SpanConsume = "wal.consume"
+	// SpanDistConsume marks a message a remote reader (a client's Scanner)
+	// read, linked to its producer's context.
 	SpanDistConsume = "wal.dist_consume"
 )
 
 // Attribute keys (DESIGN.md §8).
 const (
-	AttrMessageType       = attribute.Key("message.type")
-	AttrMessageVChannel   = attribute.Key("message.vchannel")
-	AttrMessageTimeTick   = attribute.Key("message.timetick")
-	AttrMessageReplicate  = attribute.Key("message.replicate")
-	AttrTxnID             = attribute.Key("txn.id")
-	AttrBroadcastID       = attribute.Key("broadcast.id")
+	// AttrMessageType is the message's type name.
+	AttrMessageType = attribute.Key("message.type")
+	// AttrMessageVChannel is the message's VChannel.
+	AttrMessageVChannel = attribute.Key("message.vchannel")
+	// AttrMessageTimeTick is the TimeTick the WAL assigned.
+	AttrMessageTimeTick = attribute.Key("message.timetick")
+	// AttrMessageReplicate says whether the message was replicated from
+	// another cluster.
+	AttrMessageReplicate = attribute.Key("message.replicate")
+	// AttrTxnID is the message's transaction ID.
+	AttrTxnID = attribute.Key("txn.id")
+	// AttrBroadcastID is the broadcast's ID.
+	AttrBroadcastID = attribute.Key("broadcast.id")
+	// AttrBroadcastVChannel lists the broadcast's target VChannels.
 	AttrBroadcastVChannel = attribute.Key("broadcast.vchannels")
 )
 
