@@ -70,7 +70,7 @@ func TestPositionsHoldTheLog(t *testing.T) {
 	require.NoError(t, receive(t, ctx, idle, 1)[0].Ack(ctx))
 	idleFrom := idle.Positions()[0].From
 	require.NoError(t, idle.Close())
-	holder := subscribe(t, ctx, c, "holder", client.SubscribeVChannel(v), dataTypes, client.SubscribeExpiry(200*time.Millisecond))
+	holder := subscribe(t, ctx, c, "holder", client.SubscribeVChannel(v), dataTypes, client.SubscribeExpiry(time.Second))
 	got := receive(t, ctx, holder, 4)
 	require.NoError(t, got[3].Ack(ctx))
 	held := holder.Positions()[0].From
