@@ -1,0 +1,232 @@
+package wal_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream/faulty"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/node/wal"
+)
+
+// The faulty backend offers what recovery storage needs of its tiers.
+var _ wal.Tiers = (*faulty.Backend)(nil)
+
+// faultyEnv is an env whose WALs write through a faulty backend around
+// the env's; it passes every operation until a test sets an injector.
+type faultyEnv struct {
+	*env
+	fb *faulty.Backend
+}
+
+// newFaultyEnv starts a server for t.
+func newFaultyEnv(t *testing.T) *faultyEnv {
+	e := newEnv(t)
+	return &faultyEnv{env: e, fb: faulty.New(e.backend, nil)}
+}
+
+// faultyConfig is the WAL configuration of term, through the faulty
+// backend.
+func (e *faultyEnv) faultyConfig(term uint64) wal.Config {
+	c := e.config(term)
+	c.Backend = e.fb
+	return c
+}
+
+// createCollectionMsg builds v's CreateCollection.
+func (e *faultyEnv) createCollectionMsg(v streamwal.VChannel) *messages.MutableMessage {
+	e.t.Helper()
+	m, err := e.codec.NewBody(messages.TypeCreateCollection, v, messages.CreateCollectionBody{
+		CollectionRef: messages.CollectionRef{DBName: "db", CollectionName: v.String(), CollectionID: v.CollectionID()},
+		VChannels:     []string{v.String()},
+	})
+	require.NoError(e.t, err)
+	return m
+}
+
+// heldFault injects a fault into the first append that match accepts and
+// holds its result back until release. The WAL hands an append to its
+// writer under its mutex and takes a result there at once for a refusal
+// before queueing; holding the result until that mutex is free again
+// makes the WAL learn it as the outcome of an append in flight, as it
+// learns an unknown outcome or a fence from a real writer.
+type heldFault struct {
+	gate    chan struct{}
+	reached chan struct{}
+	open    sync.Once
+}
+
+// newHeldFault returns the fault and its injector; the gate opens at the
+// end of the test at the latest.
+func newHeldFault(t *testing.T, match func(faulty.Call) bool, f faulty.Fault) (*heldFault, faulty.Injector) {
+	h := &heldFault{gate: make(chan struct{}), reached: make(chan struct{})}
+	t.Cleanup(h.openGate)
+	f.Hold = h.gate
+	inj := faulty.Once(faulty.When(match, f))
+	return h, faulty.InjectorFunc(func(c faulty.Call) faulty.Fault {
+		got := inj.Inject(c)
+		if got.Hold != nil {
+			close(h.reached)
+		}
+		return got
+	})
+}
+
+// openGate lets the held result through.
+func (h *heldFault) openGate() { h.open.Do(func() { close(h.gate) }) }
+
+// release waits until the held append was handed to the writer and the
+// WAL's mutex is free again (Err takes it), then lets its result through.
+func (h *heldFault) release(t *testing.T, w *wal.WAL) {
+	t.Helper()
+	select {
+	case <-h.reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the append to fault never reached the writer")
+	}
+	require.NoError(t, w.Err(), "the WAL serves while the append is in flight")
+	h.openGate()
+}
+
+// appendsOf matches appends with a message of type typ.
+func appendsOf(typ *messages.Type) func(faulty.Call) bool {
+	return func(c faulty.Call) bool { return c.Op == faulty.OpAppend && c.HasType(typ) }
+}
+
+// appendAsync appends m on another goroutine and returns where its error
+// arrives.
+func appendAsync(w *wal.WAL, m *messages.MutableMessage) <-chan error {
+	errs := make(chan error, 1)
+	go func() {
+		_, err := w.Append(context.Background(), m)
+		errs <- err
+	}()
+	return errs
+}
+
+// TestFaultyDDLOfUnknownOutcomeStopsTheWAL: a CreateCollection whose
+// outcome the writer cannot tell leaves the lifecycle state uncertain
+// (package doc, "Open and recovery"): its caller gets the unknown outcome,
+// the WAL stops with streamwal.ErrUnrecoverable and takes no append
+// (nothing lands), and a reopen under the next term learns the truth from
+// the stream: the collection exists if the CreateCollection landed, and
+// does not if it was lost.
+func TestFaultyDDLOfUnknownOutcomeStopsTheWAL(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		landed bool
+	}{{"landed", true}, {"lost", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newFaultyEnv(t)
+			ctx := context.Background()
+			w1 := openWith(t, e.faultyConfig(1))
+			v1, v2 := e.vchannel(1), e.vchannel(2)
+			e.createCollection(w1, v1)
+
+			held, inj := newHeldFault(t, appendsOf(messages.TypeCreateCollection),
+				faulty.Fault{Err: faulty.UnknownOutcome(), After: c.landed})
+			e.fb.SetInjector(inj)
+			errs := appendAsync(w1, e.createCollectionMsg(v2))
+			held.release(t, w1)
+			err := <-errs
+			require.ErrorIs(t, err, streamwal.ErrUnknownOutcome)
+			require.ErrorIs(t, err, faulty.ErrInjected)
+			require.ErrorIs(t, w1.Err(), streamwal.ErrUnrecoverable)
+
+			tail := ruleTail(t, e.env)
+			_, err = w1.Append(ctx, e.insert(v1, "after the stop"))
+			ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrUnrecoverable)
+			_, err = w1.BeginTxn(ctx, v1, 0)
+			ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrUnrecoverable)
+			require.ErrorIs(t, w1.Sync(ctx), streamwal.ErrUnrecoverable)
+			require.NoError(t, w1.Close())
+
+			e.fb.SetInjector(nil)
+			w2 := openWith(t, e.faultyConfig(2))
+			ruleAppend(t, w2, e.insert(v1, "v1 lives on"))
+			_, err = w2.Append(ctx, e.insert(v2, "v2?"))
+			if c.landed {
+				require.NoError(t, err, "the CreateCollection landed: v2 exists")
+				_, err = w2.Append(ctx, e.createCollectionMsg(v2))
+				require.ErrorIs(t, err, streamwal.ErrCollectionExists)
+			} else {
+				require.ErrorIs(t, err, streamwal.ErrCollectionNotFound, "the CreateCollection was lost")
+				e.createCollection(w2, v2)
+				ruleAppend(t, w2, e.insert(v2, "v2 now"))
+			}
+		})
+	}
+}
+
+// TestFaultyDMLOfUnknownOutcomeKeepsServing: an insert of unknown outcome
+// changes no state the WAL keeps, so the WAL does not stop: the caller gets
+// the unknown outcome, and the next append lands right after it (it did
+// land).
+func TestFaultyDMLOfUnknownOutcomeKeepsServing(t *testing.T) {
+	e := newFaultyEnv(t)
+	w := openWith(t, e.faultyConfig(1))
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	tail := ruleTail(t, e.env)
+
+	held, inj := newHeldFault(t, appendsOf(messages.TypeInsert), faulty.Fault{Err: faulty.UnknownOutcome(), After: true})
+	e.fb.SetInjector(inj)
+	errs := appendAsync(w, e.insert(v, "unknown"))
+	held.release(t, w)
+	require.ErrorIs(t, <-errs, streamwal.ErrUnknownOutcome)
+	require.NoError(t, w.Err())
+	m := ruleAppend(t, w, e.insert(v, "next"))
+	require.Equal(t, tail+2, m.ID())
+}
+
+// TestFaultyFencedAppendStopsTheWAL: an append the writer answers as
+// fenced stops the WAL, which answers streamwal.ErrFenced from then on
+// (package doc) and lands nothing more, whether the writer refused the
+// append when it was handed over or learned of the fence while it was
+// on its way; the next owner serves.
+func TestFaultyFencedAppendStopsTheWAL(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		held bool
+	}{{"refused", false}, {"in-flight", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newFaultyEnv(t)
+			ctx := context.Background()
+			w1 := openWith(t, e.faultyConfig(1))
+			v := e.vchannel(1)
+			e.createCollection(w1, v)
+			tail := ruleTail(t, e.env)
+
+			var err error
+			if c.held {
+				held, inj := newHeldFault(t, appendsOf(messages.TypeInsert), faulty.Fault{Err: faulty.Fenced()})
+				e.fb.SetInjector(inj)
+				errs := appendAsync(w1, e.insert(v, "fenced"))
+				held.release(t, w1)
+				err = <-errs
+			} else {
+				e.fb.SetInjector(faulty.Once(faulty.AppendsOf(messages.TypeInsert, faulty.Fault{Err: faulty.Fenced()})))
+				_, err = w1.Append(ctx, e.insert(v, "fenced"))
+			}
+			ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrFenced)
+			require.ErrorIs(t, w1.Err(), streamwal.ErrFenced)
+			select {
+			case <-w1.Done():
+			case <-time.After(20 * time.Second):
+				t.Fatal("a fenced WAL did not stop")
+			}
+			_, err = w1.Append(ctx, e.insert(v, "stale"))
+			ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrFenced)
+			require.ErrorIs(t, w1.Sync(ctx), streamwal.ErrFenced)
+
+			w2 := openWith(t, e.faultyConfig(2))
+			m := ruleAppend(t, w2, e.insert(v, "term 2"))
+			require.Equal(t, w2.Barrier().ID()+1, m.ID())
+		})
+	}
+}
