@@ -230,3 +230,107 @@ func TestFaultyFencedAppendStopsTheWAL(t *testing.T) {
 		})
 	}
 }
+
+// opens matches the open of a writer.
+func opens(c faulty.Call) bool { return c.Op == faulty.OpOpenWriter }
+
+// TestFaultyOpenWithUnavailableBackend: an open whose barrier the backend
+// could not land fails with the backend's streamwal.ErrUnavailable and
+// leaves the stream as it was, so the same term opens once the backend is
+// back; an open whose barrier landed but whose answer was lost fails
+// alike, and a retry under the same term finds that barrier and serves
+// right after it.
+func TestFaultyOpenWithUnavailableBackend(t *testing.T) {
+	e := newFaultyEnv(t)
+	ctx := context.Background()
+	e.fb.SetInjector(faulty.When(opens, faulty.Fault{Err: faulty.Unavailable()}))
+	_, err := wal.Open(ctx, e.faultyConfig(1))
+	require.ErrorIs(t, err, streamwal.ErrUnavailable)
+	st, err := e.backend.State(ctx, e.p)
+	require.NoError(t, err)
+	require.Zero(t, st.Last, "no barrier landed")
+
+	e.fb.SetInjector(faulty.When(opens, faulty.Fault{Err: faulty.Unavailable(), After: true}))
+	_, err = wal.Open(ctx, e.faultyConfig(1))
+	require.ErrorIs(t, err, streamwal.ErrUnavailable)
+	landed := ruleTail(t, e.env)
+	require.NotZero(t, landed, "the barrier landed")
+
+	e.fb.SetInjector(nil)
+	w := openWith(t, e.faultyConfig(1))
+	require.Equal(t, landed, w.Barrier().ID(), "the retry found its barrier")
+	v := e.vchannel(1)
+	m := e.createCollection(w, v)
+	require.Equal(t, landed+1, m.ID())
+}
+
+// TestFaultyReplayWithUnavailableBackend: an open that cannot replay the
+// stream (the read cannot start, or breaks off part-way) fails with the
+// backend's error and takes no append; its barrier landed all the same,
+// so the earlier owner is fenced, and the owner of the next term replays
+// everything the earlier one wrote.
+func TestFaultyReplayWithUnavailableBackend(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		inj  func() faulty.Injector
+	}{
+		{"read", func() faulty.Injector {
+			return faulty.When(func(c faulty.Call) bool { return c.Op == faulty.OpRead }, faulty.Fault{Err: faulty.Unavailable()})
+		}},
+		{"next", func() faulty.Injector { return faulty.Nth(faulty.OpNext, 3, faulty.Fault{Err: faulty.Unavailable()}) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newFaultyEnv(t)
+			ctx := context.Background()
+			w1 := openWith(t, e.faultyConfig(1))
+			v := e.vchannel(1)
+			e.createCollection(w1, v)
+			ruleAppend(t, w1, e.insert(v, "term 1"))
+
+			e.fb.SetInjector(c.inj())
+			_, err := wal.Open(ctx, e.faultyConfig(2))
+			require.ErrorIs(t, err, streamwal.ErrUnavailable)
+			require.ErrorIs(t, err, faulty.ErrInjected)
+			tail := ruleTail(t, e.env)
+			_, err = w1.Append(ctx, e.insert(v, "stale"))
+			ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrFenced)
+
+			e.fb.SetInjector(nil)
+			w3 := openWith(t, e.faultyConfig(3))
+			require.Equal(t, tail, w3.Barrier().ID()-1, "the failed open's barrier is the last message before")
+			m := ruleAppend(t, w3, e.insert(v, "term 3"))
+			require.Equal(t, w3.Barrier().ID()+1, m.ID())
+			_, err = w3.Append(ctx, e.createCollectionMsg(v))
+			require.ErrorIs(t, err, streamwal.ErrCollectionExists, "the replay rebuilt the lifecycle")
+		})
+	}
+}
+
+// TestFaultyDeduplicatedAppendUnreadable: a retry of a stored message ID
+// returns the message stored before, which the WAL reads back; when the
+// backend cannot read it, the retry fails with streamwal.ErrUnknownOutcome
+// (its caller cannot tell what was stored), lands nothing and leaves the
+// WAL serving, and the next retry returns the stored message.
+func TestFaultyDeduplicatedAppendUnreadable(t *testing.T) {
+	e := newFaultyEnv(t)
+	ctx := context.Background()
+	w := openWith(t, e.faultyConfig(1))
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	first := ruleAppend(t, w, e.insert(v, "once", messages.WithMsgID("m-1")))
+	tail := ruleTail(t, e.env)
+
+	sw := faulty.NewSwitch(faulty.Fault{Err: faulty.Unavailable()}, faulty.OpGet)
+	e.fb.SetInjector(sw)
+	sw.On()
+	_, err := w.Append(ctx, e.insert(v, "once", messages.WithMsgID("m-1")))
+	ruleRefused(t, e.env, nil, streamwal.VChannel{}, tail, err, streamwal.ErrUnknownOutcome, faulty.ErrInjected)
+	require.NotZero(t, sw.Injected())
+	require.NoError(t, w.Err())
+
+	sw.Off()
+	again := ruleAppend(t, w, e.insert(v, "once", messages.WithMsgID("m-1")))
+	require.Equal(t, first.ID(), again.ID())
+	require.Equal(t, "once", string(again.Payload()))
+	require.Equal(t, tail, ruleTail(t, e.env))
+}
