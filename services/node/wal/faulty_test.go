@@ -2,7 +2,9 @@ package wal_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,4 +335,105 @@ func TestFaultyDeduplicatedAppendUnreadable(t *testing.T) {
 	require.Equal(t, first.ID(), again.ID())
 	require.Equal(t, "once", string(again.Payload()))
 	require.Equal(t, tail, ruleTail(t, e.env))
+}
+
+// failing injects an unavailable backend into the operations match
+// accepts while it is down, and counts them.
+type failing struct {
+	match func(faulty.Call) bool
+	down  atomic.Bool
+	tries atomic.Int64
+}
+
+// Inject implements faulty.Injector.
+func (f *failing) Inject(c faulty.Call) faulty.Fault {
+	if !f.down.Load() || !f.match(c) {
+		return faulty.Fault{}
+	}
+	f.tries.Add(1)
+	return faulty.Fault{Err: faulty.Unavailable()}
+}
+
+// TestFaultyLedgerWaitsOutAnUnreadableGap: an insert of unknown outcome
+// that landed leaves a gap below what the WAL learned; the storage loop
+// reads it from the stream once it waited long enough (package doc,
+// "Recovery storage"). While the backend cannot read it, the ledger
+// consumes nothing past the gap (an unreadable message is not a missing
+// one); once it can, the ledger consumes through the stream's last
+// message, every insert once, and persists that.
+func TestFaultyLedgerWaitsOutAnUnreadableGap(t *testing.T) {
+	e := newStorageEnv(t, nil)
+	fb := faulty.New(e.js, nil)
+	cfg := e.storageConfig(1)
+	cfg.Backend = fb
+	cfg.SyncInterval = time.Hour // no TimeTick lands of itself: the gap is where the test says
+	w := openWith(t, cfg)
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	ruleAppend(t, w, e.insert(v, "before", messages.WithDML(0, 1)))
+	gap := e.streamLast() + 1
+
+	held, unknown := newHeldFault(t, appendsOf(messages.TypeInsert), faulty.Fault{Err: faulty.UnknownOutcome(), After: true})
+	get := &failing{match: func(c faulty.Call) bool { return c.Op == faulty.OpGet && c.ID == gap }}
+	get.down.Store(true)
+	fb.SetInjector(faulty.First(unknown, get))
+	errs := appendAsync(w, e.insert(v, "unknown", messages.WithDML(0, 1)))
+	held.release(t, w)
+	require.ErrorIs(t, <-errs, streamwal.ErrUnknownOutcome)
+	for i := range 3 {
+		ruleAppend(t, w, e.insert(v, fmt.Sprint("after ", i), messages.WithDML(0, 1)))
+	}
+
+	waitFor(t, "the storage loop tried to read the gap twice", func() bool { return get.tries.Load() >= 2 })
+	st, _ := w.StorageState()
+	require.Equal(t, gap-1, st.Consumed.Consumed, "nothing consumed past the unreadable gap")
+
+	get.down.Store(false)
+	waitFor(t, "the ledger consumed and persisted through the stream's last message", func() bool {
+		st, _ := w.StorageState()
+		last := e.streamLast()
+		return st.Consumed.Consumed == last && st.Persisted.Consumed == last
+	})
+	st, _ = w.StorageState()
+	require.Equal(t, 5, e.insertsIn(st.Consumed.Consumed))
+	require.Equal(t, uint64(5), rowsIn(st), "every insert consumed once, the unknown one too")
+}
+
+// TestFaultyTruncationRetriedUntilApplied: a truncation the backend
+// cannot apply removes nothing and is not recorded as applied; the
+// storage loop retries it, and once it is applied the point is persisted
+// with the next checkpoint (package doc, "Truncation").
+func TestFaultyTruncationRetriedUntilApplied(t *testing.T) {
+	e := newStorageEnv(t, nil)
+	e.retain = 0
+	fb := faulty.New(e.js, nil)
+	trunc := &failing{match: func(c faulty.Call) bool { return c.Op == faulty.OpTruncate }}
+	trunc.down.Store(true)
+	fb.SetInjector(trunc)
+	cfg := e.storageConfig(1)
+	cfg.Backend = fb
+	w := openWith(t, cfg)
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	first := func() messages.MessageID {
+		st, err := e.js.State(context.Background(), e.p)
+		require.NoError(t, err)
+		return st.First
+	}
+	before := first()
+
+	waitFor(t, "two truncations tried", func() bool { return trunc.tries.Load() >= 2 })
+	require.Equal(t, before, first(), "a failed truncation removed nothing")
+	waitFor(t, "a checkpoint persisted", func() bool {
+		st, _ := w.StorageState()
+		return st.Persisted.Consumed > 0
+	})
+	st, _ := w.StorageState()
+	require.Zero(t, st.Persisted.Truncated, "a failed truncation is not recorded as applied")
+
+	trunc.down.Store(false)
+	waitFor(t, "the truncation applied and persisted", func() bool {
+		st, _ := w.StorageState()
+		return st.Persisted.Truncated > before && first() >= st.Persisted.Truncated
+	})
 }
