@@ -437,3 +437,40 @@ func TestFaultyTruncationRetriedUntilApplied(t *testing.T) {
 		return st.Persisted.Truncated > before && first() >= st.Persisted.Truncated
 	})
 }
+
+// TestFaultyHistoryCheckWithUnavailableBackend: with recovery storage,
+// Open checks that the stream holds the history the checkpoint records
+// before its barrier lands (package doc, "History is never rewritten").
+// A backend that cannot answer (its state, or the message last consumed)
+// fails the open with streamwal.ErrUnavailable, never with
+// streamwal.ErrHistoryLost: nothing lands and the checkpoint stays the
+// earlier owner's, and the open succeeds from the checkpoint once the
+// backend answers.
+func TestFaultyHistoryCheckWithUnavailableBackend(t *testing.T) {
+	e := newStorageEnv(t, nil)
+	w1 := e.openStorage(1)
+	v := e.vchannel(1)
+	e.createCollection(w1, v)
+	ruleAppend(t, w1, e.insert(v, "row", messages.WithDML(0, 1)))
+	require.NoError(t, w1.Close())
+	cp := storedCheckpoint(t, e.store, e.p)
+	require.NotZero(t, cp.Digest, "a graceful close persisted the checkpoint")
+	tail := e.streamLast()
+
+	fb := faulty.New(e.js, nil)
+	cfg := e.storageConfig(2)
+	cfg.Backend, cfg.Storage.Tiers = fb, fb
+	for _, op := range []faulty.Op{faulty.OpState, faulty.OpGet} {
+		fb.SetInjector(faulty.When(func(c faulty.Call) bool { return c.Op == op }, faulty.Fault{Err: faulty.Unavailable()}))
+		_, err := wal.Open(context.Background(), cfg)
+		require.ErrorIs(t, err, streamwal.ErrUnavailable, "%s failing", op)
+		require.NotErrorIs(t, err, streamwal.ErrHistoryLost, "%s failing", op)
+		require.Equal(t, tail, e.streamLast(), "%s failing: no barrier landed", op)
+		require.Equal(t, cp, storedCheckpoint(t, e.store, e.p), "%s failing: the checkpoint is not claimed", op)
+	}
+
+	fb.SetInjector(nil)
+	w2 := openWith(t, cfg)
+	require.Equal(t, cp.Consumed, w2.Recovered().Checkpoint, "replayed from the checkpoint")
+	ruleAppend(t, w2, e.insert(v, "term 2", messages.WithDML(0, 1)))
+}
