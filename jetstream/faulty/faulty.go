@@ -77,7 +77,8 @@ type Call struct {
 	// Term is the writer's term (OpAppend, OpFenced) or the term asked
 	// for (OpOpenWriter).
 	Term uint64
-	// Msgs are the messages of an append.
+	// Msgs are the messages of an append; an injector reads them and
+	// must not change them.
 	Msgs []*messages.MutableMessage
 	// Async says an append came through AppendAsync.
 	Async bool

@@ -345,3 +345,27 @@ func TestInjectors(t *testing.T) {
 	require.Equal(t, "append", faulty.OpAppend.String())
 	require.Equal(t, "op(200)", faulty.Op(200).String())
 }
+
+// TestRefusalStaysARefusal: an append the wrapped writer refuses at once
+// (bad input) is refused at once through a wrapper that would hold or
+// fail its result, with the wrapped writer's error.
+func TestRefusalStaysARefusal(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, faulty.When(func(c faulty.Call) bool { return c.Op == faulty.OpAppend },
+		faulty.Fault{Err: faulty.UnknownOutcome(), After: true, Delay: time.Hour}))
+	w := e.open(1)
+	other, err := streamwal.NewPChannel("other", 0)
+	require.NoError(t, err)
+	ov, err := other.VChannel(1, 0)
+	require.NoError(t, err)
+	m, err := e.codec.New(messages.TypeInsert, ov, []byte("elsewhere"))
+	require.NoError(t, err)
+	fut := w.AppendAsync(ctx, m)
+	select {
+	case <-fut.Done():
+	default:
+		t.Fatal("a refused append is pending")
+	}
+	_, err = fut.Result()
+	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+}

@@ -96,22 +96,42 @@ func (w *writer) AppendAsync(ctx context.Context, msgs ...*messages.MutableMessa
 		return jetstream.FailedFuture(err)
 	}
 	f := w.b.inject(w.appendCall(msgs, true))
-	if f.Err != nil && !f.After {
-		if !f.waits() {
-			w.noteFenced(f.Err)
-			return jetstream.FailedFuture(f.Err)
-		}
-		fut, resolve := jetstream.NewFuture(callerIDs(msgs))
-		go func() {
-			_ = f.wait(ctx)
-			w.noteFenced(f.Err)
-			resolve(nil, f.Err)
-		}()
-		return fut
+	switch {
+	case f.Err != nil && !f.After:
+		return w.failAsync(ctx, f, msgs)
+	case f.zero():
+		return w.inner.AppendAsync(ctx, msgs...)
 	}
-	inner := w.inner.AppendAsync(ctx, msgs...)
-	if f.zero() {
-		return inner
+	return w.relay(ctx, f, w.inner.AppendAsync(ctx, msgs...))
+}
+
+// failAsync fails an append that is never sent: at once, or once f's
+// wait is over.
+func (w *writer) failAsync(ctx context.Context, f Fault, msgs []*messages.MutableMessage) *jetstream.AppendFuture {
+	if !f.waits() {
+		w.noteFenced(f.Err)
+		return jetstream.FailedFuture(f.Err)
+	}
+	fut, resolve := jetstream.NewFuture(callerIDs(msgs))
+	go func() {
+		_ = f.wait(ctx)
+		w.noteFenced(f.Err)
+		resolve(nil, f.Err)
+	}()
+	return fut
+}
+
+// relay returns a future that resolves as inner does, after f's wait
+// and with f.Err when inner succeeded; inner itself when the wrapped
+// writer refused the append at once, which stays a refusal.
+func (w *writer) relay(ctx context.Context, f Fault, inner *jetstream.AppendFuture) *jetstream.AppendFuture {
+	select {
+	case <-inner.Done():
+		if _, err := inner.Result(); err != nil {
+			w.noteFenced(err)
+			return inner
+		}
+	default:
 	}
 	fut, resolve := jetstream.NewFuture(inner.MsgIDs())
 	go func() {
