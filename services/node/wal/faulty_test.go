@@ -474,3 +474,60 @@ func TestFaultyHistoryCheckWithUnavailableBackend(t *testing.T) {
 	require.Equal(t, cp.Consumed, w2.Recovered().Checkpoint, "replayed from the checkpoint")
 	ruleAppend(t, w2, e.insert(v, "term 2", messages.WithDML(0, 1)))
 }
+
+// liveTicks subscribes to the env's live ticks; drain returns those
+// published before it was called (a sentinel on the same connection
+// marks the end).
+func (e *faultyEnv) liveTicks() (drain func() []messages.LiveTick) {
+	e.t.Helper()
+	subject := e.codec.Cluster().LiveTickSubject(e.p)
+	sub, err := e.nc.SubscribeSync(subject)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return func() []messages.LiveTick {
+		e.t.Helper()
+		require.NoError(e.t, e.nc.Publish(subject, []byte("sentinel")))
+		var out []messages.LiveTick
+		for {
+			m, err := sub.NextMsg(10 * time.Second)
+			require.NoError(e.t, err)
+			if string(m.Data) == "sentinel" {
+				return out
+			}
+			lt, err := e.codec.DecodeLiveTick(m)
+			require.NoError(e.t, err)
+			out = append(out, lt)
+		}
+	}
+}
+
+// TestFaultyIdleSyncWithoutFenceCheck: an idle WAL publishes a live tick
+// only after it looked for a newer owner (package doc, "TimeTicks"; see
+// Sync). When the backend cannot answer that look, the sync round fails
+// with its error and publishes nothing, and the WAL, not known to be
+// fenced, keeps serving; once the backend answers, the round publishes.
+func TestFaultyIdleSyncWithoutFenceCheck(t *testing.T) {
+	e := newFaultyEnv(t)
+	ctx := context.Background()
+	w := openWith(t, e.faultyConfig(1))
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	require.NoError(t, w.Sync(ctx)) // persists a TimeTick: the WAL is idle at the tail from now on
+	drain := e.liveTicks()
+
+	sw := faulty.NewSwitch(faulty.Fault{Err: faulty.Unavailable()}, faulty.OpFenced)
+	e.fb.SetInjector(sw)
+	sw.On()
+	err := w.Sync(ctx)
+	require.ErrorIs(t, err, streamwal.ErrUnavailable)
+	require.Equal(t, int64(1), sw.Injected(), "the idle round looked for a newer owner")
+	require.Empty(t, drain(), "no live tick without the look")
+	require.NoError(t, w.Err())
+
+	sw.Off()
+	require.NoError(t, w.Sync(ctx))
+	ticks := drain()
+	require.Len(t, ticks, 1)
+	require.Equal(t, w.Term(), ticks[0].Term)
+	ruleAppend(t, w, e.insert(v, "still serving"))
+}
