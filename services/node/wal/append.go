@@ -219,8 +219,10 @@ func (w *WAL) stamp(op *appendOp) error {
 	w.inflight.Add(1)
 	select {
 	case <-op.fut.Done():
-		if _, err := op.fut.Result(); err != nil {
-			// Refused before it was queued (size, a stopped writer).
+		// Refused before it was queued (size, a stopped writer). An
+		// unknown outcome, already known here if the writer was quick,
+		// is no refusal: wait books it like any other.
+		if _, err := op.fut.Result(); err != nil && !errors.Is(err, streamwal.ErrUnknownOutcome) {
 			w.inflight.Done()
 			w.confirm(op)
 			return err

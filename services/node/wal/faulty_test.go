@@ -139,6 +139,12 @@ func TestFaultyDDLOfUnknownOutcomeStopsTheWAL(t *testing.T) {
 			require.ErrorIs(t, err, streamwal.ErrUnknownOutcome)
 			require.ErrorIs(t, err, faulty.ErrInjected)
 			require.ErrorIs(t, w1.Err(), streamwal.ErrUnrecoverable)
+			// Done tells its owner (the node) to drop it and have it reopened.
+			select {
+			case <-w1.Done():
+			case <-time.After(10 * time.Second):
+				t.Fatal("a WAL stopped for an unknown DDL outcome is never done")
+			}
 
 			tail := ruleTail(t, e.env)
 			_, err = w1.Append(ctx, e.insert(v1, "after the stop"))

@@ -54,6 +54,7 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 		txns:     txn.NewTable(),
 		life:     lifecycle.NewTable(),
 		stop:     make(chan struct{}),
+		broken:   make(chan struct{}),
 		loopDone: make(chan struct{}),
 		st:       st,
 		led:      led,

@@ -19,6 +19,9 @@ func (w *WAL) syncLoop() {
 		select {
 		case <-w.stop:
 			return
+		case <-w.broken:
+			w.log.Warn().Err(w.Err()).Msg("wal broken; done")
+			return
 		case <-w.w.Done():
 			w.log.Warn().Err(w.w.Err()).Msg("writer stopped")
 			return

@@ -67,6 +67,7 @@ type WAL struct {
 	alive     context.Context
 	kill      context.CancelFunc
 	stop      chan struct{}
+	broken    chan struct{} // closed when the WAL stops for a reason of its own (failLocked)
 	loopDone  chan struct{}
 	closeOnce sync.Once
 }
@@ -289,6 +290,7 @@ func (w *WAL) failLocked(err error) {
 	if w.stopped == nil {
 		w.log.Error().Err(err).Msg("wal stops")
 		w.stopped = err
+		close(w.broken) // the sync loop ends, and Done with it
 	}
 }
 
