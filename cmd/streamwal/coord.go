@@ -96,6 +96,11 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 		return err
 	}
 	defer closeEndpoint(ep)
+	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-coord")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ctx := cmd.Context()
 	nc, err := f.connectComponent(ctx, cmd, logging.Component(log, "coord").With().Str("coord", id).Logger(), "streamwal-coord-"+id)
 	if err != nil {
@@ -105,7 +110,7 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c, err := coord.Start(startCtx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
-		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: hooks})
+		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: hooks, TracerProvider: tp})
 	if err != nil {
 		return fmt.Errorf("start coordinator %s: %w", id, explainReplicas(err, nc, f.replicas))
 	}

@@ -21,17 +21,23 @@ const flagMetricsAddr = "metrics-addr"
 type metricsFlags struct {
 	addr  string
 	pprof bool
+	otlp  string // traces receiver (flagOTLPEndpoint)
 }
 
 // add registers the flags on fl.
 func (f *metricsFlags) add(fl *pflag.FlagSet) {
 	fl.StringVar(&f.addr, flagMetricsAddr, "", "serve /metrics (Prometheus text), /healthz and /readyz over HTTP on HOST:PORT (default: off)")
 	fl.BoolVar(&f.pprof, "pprof", false, "with --"+flagMetricsAddr+": serve Go's profiler on /debug/pprof/ too")
+	fl.StringVar(&f.otlp, flagOTLPEndpoint, "", "export traces (the appends of messages that carry a trace context, broadcast callbacks)\n"+
+		"over OTLP/HTTP to this URL, such as http://localhost:4318/v1/traces (default: off)")
 }
 
 // check refuses an address that is not HOST:PORT, and --pprof without an
 // address.
 func (f *metricsFlags) check() error {
+	if err := checkOTLP(f.otlp); err != nil {
+		return err
+	}
 	if f.addr == "" {
 		if f.pprof {
 			return fmt.Errorf("--pprof needs --%s (it is served on that listener)", flagMetricsAddr)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -117,6 +118,11 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 		return err
 	}
 	defer closeEndpoint(ep)
+	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-node")
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	ctx := cmd.Context()
 	nc, err := f.connectComponent(ctx, cmd, nodeLog(log, id), "streamwal-node-"+string(id))
 	if err != nil {
@@ -124,7 +130,7 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 	}
 	defer nc.Close()
 	n, gc, err := startNode(ctx, log, nc, nodeSettings{cluster: cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks})
+		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks, tracer: tp})
 	if err != nil {
 		return err
 	}
@@ -161,8 +167,10 @@ type nodeSettings struct {
 	retain      time.Duration
 	dupWindow   time.Duration
 	groupCommit string
-	// hooks receive the node's (and serve's coordinator's) telemetry.
-	hooks telemetry.Hooks
+	// hooks receive the node's (and serve's coordinator's) telemetry;
+	// tracer, if any, traces its appends.
+	hooks  telemetry.Hooks
+	tracer trace.TracerProvider
 }
 
 // startNode waits for a coordinator to have created the cluster (for as
@@ -180,7 +188,7 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	gc, why := decideGroupCommit(ctx, nodeLog(log, s.id), nc, s.groupCommit, s.replicas)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks,
+	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks, TracerProvider: s.tracer,
 		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
 		Recovery: withReplicas(retention(s.retain), s.replicas)})
 	if err != nil {

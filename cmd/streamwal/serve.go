@@ -253,6 +253,8 @@ type serving struct {
 	auth    *serveAuth
 	// sysUser is the embedded server's system-account user.
 	sysUser systemUser
+	// stopTracing flushes and stops the trace export (a no-op without).
+	stopTracing func()
 }
 
 // startServing starts the embedded server and the system (within a
@@ -280,14 +282,20 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	if err != nil {
 		return nil, err
 	}
-	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec, sysUser: sysUser}
+	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-serve")
+	if err != nil {
+		srv.Shutdown()
+		return nil, err
+	}
+	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec, sysUser: sysUser, stopTracing: stopTracing}
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
-		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL},
-		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}}})
+		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL, TracerProvider: tp},
+		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, TracerProvider: tp}})
 	if err != nil {
+		stopTracing()
 		srv.Shutdown()
 		return nil, fmt.Errorf("start streamwal: %w", err)
 	}
@@ -372,6 +380,7 @@ func (s *serving) printBanner(out io.Writer, f *serveFlags) {
 // close stops the system, then the server.
 func (s *serving) close() {
 	s.sys.Close()
+	s.stopTracing()
 	s.srv.Shutdown()
 }
 
