@@ -61,8 +61,13 @@ func (w *writer) Err() error {
 	return w.inner.Err()
 }
 
-// Close implements jetstream.Writer; it is never faulty.
-func (w *writer) Close() error { return w.inner.Close() }
+// Close implements jetstream.Writer; it is never faulty. Like the
+// wrapped writer's, Done is closed once it returns.
+func (w *writer) Close() error {
+	err := w.inner.Close()
+	<-w.done // the wrapped writer's Done is closed: so is this one, now
+	return err
+}
 
 // Fenced implements jetstream.Writer (OpFenced).
 func (w *writer) Fenced(ctx context.Context) (bool, error) {
