@@ -138,7 +138,7 @@ func (b *JetStream) ensure(ctx context.Context, p streamwal.PChannel) error {
 	if done {
 		return nil
 	}
-	err := inAttempts(ctx, func(ctx context.Context) error {
+	err := InAttempts(ctx, func(ctx context.Context) error {
 		created := false
 		for {
 			_, err := b.js.Stream(ctx, b.codec.Cluster().StreamName(p))
@@ -168,7 +168,7 @@ func (b *JetStream) ensure(ctx context.Context, p streamwal.PChannel) error {
 	return nil
 }
 
-// Bounds of one attempt of inAttempts: attemptTime plus a random part of
+// Bounds of one attempt of InAttempts: attemptTime plus a random part of
 // attemptJitter, so that two processes whose creations collided do not
 // collide again.
 const (
@@ -176,12 +176,16 @@ const (
 	attemptJitter = 2 * time.Second
 )
 
-// inAttempts runs fn, which opens or creates a stream, in attempts of
-// bounded time, again while one goes unanswered and ctx lasts: nats-server
-// answers neither of two equal creations of a replicated stream that
-// arrive together (two nodes started at once), and without a bound both
-// would wait out their whole deadline.
-func inAttempts(ctx context.Context, fn func(context.Context) error) error {
+// InAttempts runs fn, which opens or creates a stream or bucket, in
+// attempts of bounded time (2 to 4 s), again while one goes unanswered
+// (ends with context.DeadlineExceeded) and ctx lasts: nats-server 2.15.2
+// often answers neither of two equal creations of a replicated stream
+// that arrive together (two nodes, or coordinators, started at once),
+// though it creates the stream, which the next attempt then finds; without
+// a bound both would wait out their whole deadline. The backend's own
+// creations use it, and so do the coordinator's and the checkpoint store's
+// buckets.
+func InAttempts(ctx context.Context, fn func(context.Context) error) error {
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTime+rand.N(attemptJitter))
 		err := fn(actx)

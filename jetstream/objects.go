@@ -36,7 +36,7 @@ func (b *JetStream) objects(ctx context.Context) (njs.ObjectStore, error) {
 	}
 	name := b.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments)
 	var obs njs.ObjectStore
-	err := inAttempts(ctx, func(ctx context.Context) (err error) {
+	err := InAttempts(ctx, func(ctx context.Context) (err error) {
 		for {
 			obs, err = b.js.ObjectStore(ctx, name)
 			if !errors.Is(err, njs.ErrBucketNotFound) {

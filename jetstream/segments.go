@@ -289,7 +289,7 @@ func (b *JetStream) Segments(ctx context.Context, v streamwal.VChannel) ([]Segme
 	// A list of a store whose stream has no leader yet (just created on a
 	// cluster) waits for its end until its deadline: list in attempts.
 	var infos []*njs.ObjectInfo
-	err = inAttempts(ctx, func(ctx context.Context) (err error) {
+	err = InAttempts(ctx, func(ctx context.Context) (err error) {
 		infos, err = obs.List(ctx)
 		return err
 	})

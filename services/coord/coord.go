@@ -76,7 +76,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,6 +88,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/balance"
@@ -264,35 +264,26 @@ func Provision(ctx context.Context, js njs.JetStream, c streamwal.Cluster, repli
 	return out, nil
 }
 
-// Bounds of one request that creates or updates a bucket: provisionAttempt
-// plus a random part of provisionJitter.
-const (
-	provisionAttempt = 2 * time.Second
-	provisionJitter  = 2 * time.Second
-)
-
 // provisionBucket creates or updates a bucket, asking again, until ctx
-// ends, when a request goes unanswered: nats-server 2.15.2 often answers
-// neither of two equal creations of one replicated stream that arrive
-// together (two coordinators starting at once on a new cluster), though
-// it creates the stream, which the next request then finds. The random
-// bound keeps two coordinators that collided on one bucket from
-// colliding again on the next.
+// ends, when a request goes unanswered (see jetstream.InAttempts: two
+// coordinators starting at once on a new cluster), unless the server
+// dropped it for want of permission.
 func provisionBucket(ctx context.Context, js njs.JetStream, cfg njs.KeyValueConfig) (njs.KeyValue, error) {
-	for {
-		actx, cancel := context.WithTimeout(ctx, provisionAttempt+rand.N(provisionJitter))
-		kv, err := provisionOnce(actx, js, cfg)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return kv, err
+	var kv njs.KeyValue
+	err := jetstream.InAttempts(ctx, func(ctx context.Context) (err error) {
+		kv, err = provisionOnce(ctx, js, cfg)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return err
 		}
 		// Unanswered because the server dropped it: credentials of
 		// another cluster, say. Asking again cannot help.
 		stream := streamwal.KVStreamName(cfg.Bucket)
 		if denied := wire.Denied(js.Conn(), func(s string) bool { return strings.HasSuffix(s, "."+stream) }); denied != nil {
-			return nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, denied)
+			return fmt.Errorf("bucket %s: %w", cfg.Bucket, denied)
 		}
-	}
+		return err
+	})
+	return kv, err
 }
 
 // provisionOnce makes one attempt of provisionBucket: every request of it

@@ -3,12 +3,11 @@ package recovery
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/streamwal/streamwal"
+	walbackend "github.com/streamwal/streamwal/jetstream"
 )
 
 // kvStore is a [Store] over a JetStream KV bucket.
@@ -103,37 +102,24 @@ func WithReplicas(n int) BucketOption {
 // as it is, never reconfigured: the coordinator provisions the cluster's
 // buckets (with their replica count), and a node must not scale them down.
 //
-// Each attempt is bounded (openAttempt plus a random part of openJitter)
-// and made again, until ctx ends, when it goes unanswered: nats-server
-// 2.15.2 often answers neither of two equal creations of one replicated
-// stream that arrive together (two nodes, or a node and a coordinator,
-// starting at once on a new cluster), though it creates the stream, which
-// the next attempt then finds.
+// Each attempt is bounded and made again, until ctx ends, when it goes
+// unanswered (see jetstream.InAttempts: two nodes, or a node and a
+// coordinator, starting at once on a new cluster).
 func OpenBucket(ctx context.Context, js jetstream.JetStream, c streamwal.Cluster, opts ...BucketOption) (jetstream.KeyValue, error) {
 	cfg := jetstream.KeyValueConfig{Bucket: c.BucketName(streamwal.BucketCheckpoints), History: 1, Storage: jetstream.FileStorage}
 	for _, o := range opts {
 		o(&cfg)
 	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, openAttempt+rand.N(openJitter))
-		kv, err := openBucket(actx, js, cfg)
-		cancel()
-		if err == nil {
-			return kv, nil
-		}
-		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open bucket %s: %w", cfg.Bucket, err)
-		}
+	var kv jetstream.KeyValue
+	err := walbackend.InAttempts(ctx, func(ctx context.Context) (err error) {
+		kv, err = openBucket(ctx, js, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open bucket %s: %w", cfg.Bucket, err)
 	}
+	return kv, nil
 }
-
-// Bounds of one attempt of OpenBucket: openAttempt plus a random part of
-// openJitter, so that two starts that collided on a creation do not
-// collide again.
-const (
-	openAttempt = 2 * time.Second
-	openJitter  = 2 * time.Second
-)
 
 // openBucket opens cfg's bucket, creating it when missing.
 func openBucket(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
