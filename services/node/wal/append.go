@@ -111,8 +111,7 @@ func (w *WAL) wait(ctx context.Context, op *appendOp) ([]*messages.ImmutableMess
 	case <-op.fut.Done():
 		ids, err := op.fut.Result()
 		op.settle(ids, err)
-		w.freeze(op) // outside the mutex: resolve hands them to the ledger
-		w.resolve(op)
+		w.resolve(op) // freezes what landed, for the ledger and for out below
 		if err != nil {
 			return nil, err
 		}
