@@ -20,16 +20,7 @@ import (
 // (a node started with the default on a cluster), with an error naming
 // both counts, and the stream keeps its 3; one keeping 3 provisions it.
 func TestProvisionNeverScalesDown(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	cl := embedded.StartTestCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	codec, err := messages.NewCodec("scale", nil)
-	require.NoError(t, err)
-	p, err := streamwal.NewPChannel("pchan", 0)
-	require.NoError(t, err)
+	cl, ctx, codec, p := startReplicated(t, "scale")
 	backend := func(replicas int) *jetstream.JetStream {
 		nc, err := cl.Connect()
 		require.NoError(t, err)
@@ -40,18 +31,43 @@ func TestProvisionNeverScalesDown(t *testing.T) {
 		return b
 	}
 	require.NoError(t, backend(3).Provision(ctx, p))
-	err = backend(1).Provision(ctx, p)
+	err := backend(1).Provision(ctx, p)
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
 	require.Contains(t, err.Error(), "has 3 replicas and this backend keeps 1")
 	require.NoError(t, backend(3).Provision(ctx, p))
-	nc, err := cl.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := njs.New(nc)
-	require.NoError(t, err)
+	js := clusterJS(t, cl)
 	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
 	require.NoError(t, err)
 	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
+}
+
+// startReplicated starts a three-server cluster for t (skipped with
+// -short) and returns it with a 30 s deadline, a codec of cluster and its
+// PChannel pchan-0.
+func startReplicated(t *testing.T, cluster streamwal.Cluster) (*embedded.Cluster, context.Context, *messages.Codec, streamwal.PChannel) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a three-server cluster")
+	}
+	cl := embedded.StartTestCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	codec, err := messages.NewCodec(cluster, nil)
+	require.NoError(t, err)
+	p, err := streamwal.NewPChannel("pchan", 0)
+	require.NoError(t, err)
+	return cl, ctx, codec, p
+}
+
+// clusterJS is a JetStream context on a connection of its own to cl.
+func clusterJS(t *testing.T, cl *embedded.Cluster) njs.JetStream {
+	t.Helper()
+	nc, err := cl.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	return js
 }
 
 // TestLastNeedsNoConsumer: Last is 0 for a PChannel without a stream
@@ -104,16 +120,7 @@ func TestLastNeedsNoConsumer(t *testing.T) {
 // replicated stream that arrive together; without a bound per attempt,
 // both waited out their deadline).
 func TestCreationsRaceOnACluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a three-server cluster")
-	}
-	cl := embedded.StartTestCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	codec, err := messages.NewCodec("race", nil)
-	require.NoError(t, err)
-	p, err := streamwal.NewPChannel("pchan", 0)
-	require.NoError(t, err)
+	cl, ctx, codec, p := startReplicated(t, "race")
 	v, err := p.VChannel(1, 0)
 	require.NoError(t, err)
 	errs := make([]error, 4)
@@ -133,11 +140,7 @@ func TestCreationsRaceOnACluster(t *testing.T) {
 		require.NoError(t, err, "call %d", i)
 	}
 	require.NoError(t, ctx.Err(), "the creations took the whole deadline")
-	nc, err := cl.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
-	js, err := njs.New(nc)
-	require.NoError(t, err)
+	js := clusterJS(t, cl)
 	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
 	require.NoError(t, err)
 	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
