@@ -17,7 +17,8 @@ import (
 // flagMetricsAddr is the flag of the operational endpoint.
 const flagMetricsAddr = "metrics-addr"
 
-// metricsFlags are the flags of a process's operational endpoint.
+// metricsFlags are the flags of a process's telemetry: its operational
+// endpoint and the export of its traces.
 type metricsFlags struct {
 	addr  string
 	pprof bool
