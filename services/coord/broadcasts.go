@@ -14,9 +14,9 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// startBroadcaster creates the term's broadcaster and resumes the
-// unfinished tasks of earlier terms.
-func (t *term) startBroadcaster(ctx context.Context) error {
+// startBroadcaster creates the tenure's broadcaster and resumes the
+// unfinished tasks of earlier tenures.
+func (t *tenure) startBroadcaster(ctx context.Context) error {
 	codec, err := messages.NewCodec(t.c.cfg.Cluster, t.c.cfg.Registry)
 	if err != nil {
 		return err
@@ -30,16 +30,16 @@ func (t *term) startBroadcaster(ctx context.Context) error {
 		Callbacks: map[string]broadcast.Callback{
 			messages.TypeDropCollection.Name: t.ctl.dropCollection,
 		},
-		Logger:         t.log,
-		TracerProvider: t.c.cfg.TracerProvider,
+		Logger: t.log,
+		Hooks:  t.c.cfg.Hooks,
 	})
 	t.codec = codec
 	return t.bc.Resume(ctx)
 }
 
 // newBroadcastID draws a broadcast ID from the oracle: unique and
-// increasing across terms.
-func (t *term) newBroadcastID(ctx context.Context) (uint64, error) {
+// increasing across tenures.
+func (t *tenure) newBroadcastID(ctx context.Context) (uint64, error) {
 	reply, err := t.handleTSO(ctx, []byte(`{"count":1}`))
 	if err != nil {
 		return 0, err
@@ -49,7 +49,7 @@ func (t *term) newBroadcastID(ctx context.Context) (uint64, error) {
 
 // runBroadcast runs a broadcast; its targets follow the type's
 // dispatch, with the CChannel and the PChannels filled in here.
-func (t *term) runBroadcast(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) runBroadcast(ctx context.Context, data []byte) (any, error) {
 	var req wire.BroadcastRequest
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (t *term) runBroadcast(ctx context.Context, data []byte) (any, error) {
 }
 
 // handleBroadcastAck acknowledges a target of an AckSyncUp broadcast.
-func (t *term) handleBroadcastAck(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) handleBroadcastAck(ctx context.Context, data []byte) (any, error) {
 	var req wire.BroadcastAckRequest
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err
@@ -186,7 +186,7 @@ type taskStore struct {
 	onDeposed func()
 }
 
-// Save implements broadcast.Store. A refused write deposes the term, so
+// Save implements broadcast.Store. A refused write deposes the tenure, so
 // that the broadcaster stops with it and the successor resumes the task.
 func (ts *taskStore) Save(ctx context.Context, t *broadcast.Task) error {
 	err := ts.s.put(ctx, streamwal.BroadcastTaskKey(t.ID), t)

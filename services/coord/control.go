@@ -63,7 +63,7 @@ type opResult struct {
 // and VChannel allocation. Only its loop goroutine touches its state;
 // handlers hand it closures through calls.
 type control struct {
-	t         *term
+	t         *tenure
 	assign    *store
 	vchan     *store
 	names     []string // the PChannels, fixed at creation
@@ -99,7 +99,7 @@ const (
 )
 
 // newControl loads and fences the persisted state.
-func newControl(ctx context.Context, t *term) (*control, error) {
+func newControl(ctx context.Context, t *tenure) (*control, error) {
 	c := t.c
 	ctl := &control{t: t, assign: newStore(c.buckets[streamwal.BucketAssignments]), vchan: newStore(c.buckets[streamwal.BucketVChannels]),
 		nodes: map[streamwal.NodeID]*member{}, byName: map[string]*wire.Assignment{}, busy: map[string]context.CancelFunc{}, warned: map[string]time.Time{}, retry: map[string]retry{},

@@ -85,7 +85,6 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -156,11 +155,11 @@ type Config struct {
 	// lease held under another ID is always waited out.
 	ReclaimLease bool
 	// Hooks receive the coordinator's events (assignment changes, TimeTick
-	// allocations, broadcasts; see package telemetry); none by default.
+	// allocations, broadcasts, broadcast callbacks; see package
+	// telemetry); none by default. Tracing is such a hook:
+	// telemetry/oteltrace's adapter makes each broadcast callback a
+	// wal.bc_callback span under its broadcast's caller's context.
 	Hooks telemetry.Hooks
-	// TracerProvider, when set, traces broadcast callbacks
-	// (wal.bc_callback, under their broadcast's caller's context).
-	TracerProvider trace.TracerProvider
 }
 
 // withDefaults validates c and fills in defaults.
@@ -213,8 +212,8 @@ type Coordinator struct {
 	answered   atomic.Int64 // unix nanos of the last lease round answered (Ready)
 
 	mu       sync.Mutex
-	active   *term // nil while standby
-	crashed  bool  // stop without giving the lease back
+	active   *tenure // nil while standby
+	crashed  bool    // stop without giving the lease back
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
@@ -440,7 +439,7 @@ func (c *Coordinator) extendLease(start time.Time) {
 // leaseHeld reports whether the lease surely still holds.
 func (c *Coordinator) leaseHeld() bool { return time.Now().UnixNano() < c.leaseUntil.Load() }
 
-// isDeposed reports whether the active term noticed a refused write.
+// isDeposed reports whether the active tenure noticed a refused write.
 func (c *Coordinator) isDeposed() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -451,7 +450,7 @@ func (c *Coordinator) isDeposed() bool {
 func (c *Coordinator) takeOver(epoch uint64) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	t, err := startTerm(ctx, c, epoch)
+	t, err := startTenure(ctx, c, epoch)
 	if err != nil {
 		return err
 	}
@@ -462,7 +461,7 @@ func (c *Coordinator) takeOver(epoch uint64) error {
 	return nil
 }
 
-// stepDown stops the active term, if any.
+// stepDown stops the active tenure, if any.
 func (c *Coordinator) stepDown() {
 	c.mu.Lock()
 	t := c.active

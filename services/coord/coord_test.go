@@ -158,7 +158,7 @@ func (e *env) waitActive(timeout time.Duration, cs ...*Coordinator) *Coordinator
 }
 
 // waitServed waits until c answers the coordinator's requests. (Active
-// reports true as soon as the term started; its subscriptions reach the
+// reports true as soon as the tenure started; its subscriptions reach the
 // server a moment later, and a request in between finds no responders.)
 func (e *env) waitServed(c *Coordinator) {
 	e.t.Helper()
@@ -177,9 +177,9 @@ func epochOf(t *testing.T, c *Coordinator) uint64 {
 	return ep
 }
 
-// activeTerm returns c's active term (the internals the deposition tests
+// activeTenure returns c's active tenure (the internals the deposition tests
 // drive).
-func activeTerm(c *Coordinator) *term {
+func activeTenure(c *Coordinator) *tenure {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.active
@@ -421,13 +421,13 @@ func TestTSOStartsAbovePersistedBound(t *testing.T) {
 // active coordinator A behind its back (the lease key is deleted), lets B
 // take over while A still believes it is active (A's campaign is held on
 // its mutex, as a stalled process would be), and has A write through its
-// term: every write is refused, and A steps down.
+// tenure: every write is refused, and A steps down.
 func TestDeposedCoordinatorsWritesAreRefused(t *testing.T) {
 	e := newEnv(t)
 	a := e.start("a")
 	e.waitActive(5*time.Second, a)
 	epA := epochOf(t, a)
-	ta := activeTerm(a)
+	ta := activeTenure(a)
 	b := e.start("b")
 
 	a.mu.Lock() // A's campaign cannot step down while this is held
@@ -521,7 +521,7 @@ func TestRefusedWriteAloneStepsDown(t *testing.T) {
 // TestDeposedCoordinatorHandsOutNoTimeTicks: a coordinator whose campaign
 // stalls for longer than the lease (a GC pause, a stopped VM, a starved
 // goroutine) is replaced by a standby; until its campaign runs again it
-// still holds its term and answers TimeTick requests from its oracle, below
+// still holds its tenure and answers TimeTick requests from its oracle, below
 // the successor's bound. Both answer every request and the first reply
 // wins, so a client can get a TimeTick smaller than one the successor
 // already handed out.

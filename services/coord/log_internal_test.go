@@ -15,7 +15,7 @@ import (
 // refused one a debug line, a success nothing.
 func TestRequestsAreLoggedByOutcome(t *testing.T) {
 	var buf bytes.Buffer
-	tm := &term{log: zerolog.New(&buf).Level(zerolog.DebugLevel)}
+	tm := &tenure{log: zerolog.New(&buf).Level(zerolog.DebugLevel)}
 	tm.logRequest(streamwal.CoordAllocate, nil)
 	tm.logRequest(streamwal.CoordAllocate, streamwal.Errorf(streamwal.CodeInvalidArgument, "no shards"))
 	tm.logRequest(streamwal.CoordBroadcast, streamwal.Errorf(streamwal.CodeUnavailable, "node gone"))

@@ -71,7 +71,7 @@ func (ctl *control) noteStuck() {
 }
 
 // handleTSO serves an allocation request (allocateTSO) and reports it.
-func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) handleTSO(ctx context.Context, data []byte) (any, error) {
 	reply, err := t.allocateTSO(ctx, data)
 	if hooks := t.c.cfg.Hooks; len(hooks) > 0 {
 		var req wire.TSORequest
@@ -83,7 +83,7 @@ func (t *term) handleTSO(ctx context.Context, data []byte) (any, error) {
 
 // handleBroadcast serves a broadcast request (runBroadcast) and reports
 // it.
-func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) handleBroadcast(ctx context.Context, data []byte) (any, error) {
 	start := time.Now()
 	reply, err := t.runBroadcast(ctx, data)
 	var req wire.BroadcastRequest
@@ -95,7 +95,7 @@ func (t *term) handleBroadcast(ctx context.Context, data []byte) (any, error) {
 
 // logRequest logs a request of op that ended with err: at warn when it
 // failed, at debug when it was refused.
-func (t *term) logRequest(op streamwal.CoordOp, err error) {
+func (t *tenure) logRequest(op streamwal.CoordOp, err error) {
 	if err == nil {
 		return
 	}

@@ -16,7 +16,7 @@ import (
 var epoch0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // hand reserves n TimeTicks at now, "persists" the bound it asks for and
-// commits, as the term does; it returns the range and the bound asked for.
+// commits, as the tenure does; it returns the range and the bound asked for.
 func hand(t require.TestingT, o *oracle, now time.Time, n uint32) (first, last, persist messages.TimeTick) {
 	first, last, persist, err := o.reserve(now, n)
 	require.NoError(t, err)

@@ -16,9 +16,11 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// term is one epoch of an active coordinator: the oracle, the request
-// handlers and the control loop, all stopped together when it ends.
-type term struct {
+// tenure is one epoch of an active coordinator (the revision that created
+// its lease): the oracle, the request handlers and the control loop, all
+// stopped together when it ends. It is never called a term: a term is a
+// PChannel's ownership term (termTable, wire.Assignment.Term).
+type tenure struct {
 	c       *Coordinator
 	epoch   uint64
 	log     zerolog.Logger
@@ -44,10 +46,10 @@ type tsoRecord struct {
 	Epoch uint64            `json:"epoch"`
 }
 
-// startTerm takes over under epoch: it fences every key with a rewrite
+// startTenure takes over under epoch: it fences every key with a rewrite
 // under the epoch, then starts the handlers and the control loop.
-func startTerm(ctx context.Context, c *Coordinator, epoch uint64) (*term, error) {
-	t := &term{c: c, epoch: epoch, log: c.log.With().Uint64("epoch", epoch).Logger(),
+func startTenure(ctx context.Context, c *Coordinator, epoch uint64) (*tenure, error) {
+	t := &tenure{c: c, epoch: epoch, log: c.log.With().Uint64("epoch", epoch).Logger(),
 		tsoStore: newStore(c.buckets[streamwal.BucketTSO]), terms: newTermTable()}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	if err := t.startOracle(ctx); err != nil {
@@ -75,7 +77,7 @@ func startTerm(ctx context.Context, c *Coordinator, epoch uint64) (*term, error)
 }
 
 // startOracle starts above the persisted bound and persists a new one.
-func (t *term) startOracle(ctx context.Context) error {
+func (t *tenure) startOracle(ctx context.Context) error {
 	var rec tsoRecord
 	if _, err := t.tsoStore.load(ctx, streamwal.KeyTSOBound, &rec); err != nil {
 		return err
@@ -95,7 +97,7 @@ func (t *term) startOracle(ctx context.Context) error {
 // subscribe serves the coordinator's request subjects. Broadcasts and
 // their acknowledgements are served concurrently (a broadcast may wait for
 // the keys of another); the rest in arrival order.
-func (t *term) subscribe() error {
+func (t *tenure) subscribe() error {
 	cl := t.c.cfg.Conn
 	for _, h := range []struct {
 		op    streamwal.CoordOp
@@ -125,11 +127,11 @@ func (t *term) subscribe() error {
 
 // serve adapts a handler of op to a subscription, logging what it
 // failed or refused; async handlers run in their own goroutines.
-func (t *term) serve(op streamwal.CoordOp, h wire.Handler, async bool) nats.MsgHandler {
+func (t *tenure) serve(op streamwal.CoordOp, h wire.Handler, async bool) nats.MsgHandler {
 	answer := func(m *nats.Msg) {
 		if !t.c.leaseHeld() || t.isDeposed() {
 			// The lease may have passed to a successor: answer nothing
-			// from this term's memory.
+			// from this tenure's memory.
 			_ = wire.Respond(m, nil, streamwal.Errorf(streamwal.CodeUnavailable, "coordinator %s is not surely active", t.c.cfg.ID))
 			return
 		}
@@ -160,7 +162,7 @@ func (t *term) serve(op streamwal.CoordOp, h wire.Handler, async bool) nats.MsgH
 // the reservations: the new owner draws its barrier's TimeTick only after
 // its term was recorded, so every TimeTick its predecessor got (a batch
 // included) is below the barrier's.
-func (t *term) allocateTSO(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) allocateTSO(ctx context.Context, data []byte) (any, error) {
 	var req wire.TSORequest
 	if err := wire.Decode(data, &req); err != nil {
 		return nil, err
@@ -183,19 +185,19 @@ func (t *term) allocateTSO(ctx context.Context, data []byte) (any, error) {
 	return wire.TSOReply{First: first}, nil
 }
 
-// depose marks the term as refused by the store; the campaign steps down
+// depose marks the tenure as refused by the store; the campaign steps down
 // at its next round.
-func (t *term) depose() {
+func (t *tenure) depose() {
 	if !t.deposed.Swap(true) {
 		t.log.Warn().Msg("a write was refused: another coordinator is active")
 	}
 }
 
 // isDeposed reports whether a write was refused.
-func (t *term) isDeposed() bool { return t.deposed.Load() }
+func (t *tenure) isDeposed() bool { return t.deposed.Load() }
 
-// close stops everything the term started.
-func (t *term) close() {
+// close stops everything the tenure started.
+func (t *tenure) close() {
 	for _, s := range t.subs {
 		_ = s.Unsubscribe()
 	}
