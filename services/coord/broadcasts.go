@@ -30,8 +30,8 @@ func (t *tenure) startBroadcaster(ctx context.Context) error {
 		Callbacks: map[string]broadcast.Callback{
 			messages.TypeDropCollection.Name: t.ctl.dropCollection,
 		},
-		Logger: t.log,
-		Hooks:  t.c.cfg.Hooks,
+		Logger:         t.log,
+		TracerProvider: t.c.cfg.TracerProvider,
 	})
 	t.codec = codec
 	return t.bc.Resume(ctx)
