@@ -39,10 +39,13 @@ const (
 	CodeLifecycle Code = "LIFECYCLE_VIOLATION"
 	// CodeResourceBusy: a lock or resource key is held by someone else.
 	CodeResourceBusy Code = "RESOURCE_ACQUIRED"
-	// CodeNotPrimary: a replicated write reached a primary cluster, or the
-	// operation needs a primary.
+	// CodeNotPrimary: a write that only the primary cluster takes (one
+	// without a replicate header) reached a secondary cluster; the error
+	// names the primary (see [PrimaryOf]).
 	CodeNotPrimary Code = "NOT_PRIMARY"
-	// CodeNotSecondary: a non-replicated write reached a secondary cluster.
+	// CodeNotSecondary: a replicated write (one with a replicate header)
+	// reached a cluster that is not a secondary of its source: the
+	// primary, a cluster outside replication, or a secondary of another.
 	CodeNotSecondary Code = "NOT_SECONDARY"
 	// CodeUnavailable: nobody answered (no responder, timeout); retriable.
 	CodeUnavailable Code = "UNAVAILABLE"
@@ -102,6 +105,10 @@ const (
 	// ReasonSubscriptionNotFound: no durable subscription of that name
 	// (CodeInvalidArgument).
 	ReasonSubscriptionNotFound Reason = "SUBSCRIPTION_NOT_FOUND"
+	// ReasonPChannelCountMismatch: a replication topology whose member
+	// clusters do not all have the same number of PChannels, or that
+	// gives a cluster another count than it has (CodeInvalidArgument).
+	ReasonPChannelCountMismatch Reason = "PCHANNEL_COUNT_MISMATCH"
 )
 
 // Error is the typed error of streamwal. errors.Is matches two Errors by code,
@@ -255,7 +262,41 @@ var (
 	ErrPositionLost = &Error{Code: CodeUnrecoverable, Reason: ReasonPositionLost, Message: "position no longer in the log"}
 	// ErrSubscriptionNotFound: no durable subscription of that name.
 	ErrSubscriptionNotFound = &Error{Code: CodeInvalidArgument, Reason: ReasonSubscriptionNotFound, Message: "subscription not found"}
+	// ErrPChannelCountMismatch: the clusters of a replication topology do
+	// not have the same number of PChannels (PChannel i replicates into
+	// PChannel i, so the counts must match).
+	ErrPChannelCountMismatch = &Error{Code: CodeInvalidArgument, Reason: ReasonPChannelCountMismatch, Message: "pchannel counts differ"}
 )
+
+// notPrimaryMark introduces the primary's name at the end of a
+// NOT_PRIMARY error's message; its spelling is part of the protocol.
+const notPrimaryMark = "; the primary is cluster "
+
+// NotPrimary is the refusal of a write that only the primary takes by
+// cluster c, a secondary of primary: its message ends with the primary's
+// name, which [PrimaryOf] reads back on the other side of a hop.
+func NotPrimary(c, primary Cluster, format string, args ...any) *Error {
+	e := Errorf(CodeNotPrimary, format, args...)
+	e.Message += " (cluster " + string(c) + " is a secondary" + notPrimaryMark + string(primary) + ")"
+	return e
+}
+
+// PrimaryOf returns the primary cluster a NOT_PRIMARY error names, so
+// that a client or an operator knows where to write instead; ok is false
+// for any other error.
+func PrimaryOf(err error) (c Cluster, ok bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != CodeNotPrimary {
+		return "", false
+	}
+	i := strings.LastIndex(e.Message, notPrimaryMark)
+	if i < 0 {
+		return "", false
+	}
+	name := strings.TrimSuffix(e.Message[i+len(notPrimaryMark):], ")")
+	p, err := ParseCluster(name)
+	return p, err == nil
+}
 
 // ErrInvalidName is the cause of every invalid-name error; such errors also
 // match [ErrInvalidArgument].

@@ -255,3 +255,30 @@ func TestReasonsMatchWithTheirCode(t *testing.T) {
 	// A plain error of the code does not match a reason's sentinel.
 	require.NotErrorIs(t, streamwal.Errorf(streamwal.CodeLifecycle, "no reason"), streamwal.ErrCollectionExists)
 }
+
+func TestNotPrimaryNamesThePrimary(t *testing.T) {
+	err := streamwal.NotPrimary("east", "west", "insert on %s", "pchan-3")
+	require.ErrorIs(t, err, streamwal.ErrNotPrimary)
+	require.False(t, streamwal.IsRetriable(err), "retrying the secondary cannot help")
+	require.Contains(t, err.Error(), "insert on pchan-3")
+	p, ok := streamwal.PrimaryOf(err)
+	require.True(t, ok)
+	require.Equal(t, streamwal.Cluster("west"), p)
+
+	// The primary survives wrapping and a copy made of code and message
+	// alone (as a request-reply hop makes).
+	wrapped := fmt.Errorf("append: %w", err)
+	p, ok = streamwal.PrimaryOf(wrapped)
+	require.True(t, ok)
+	require.Equal(t, streamwal.Cluster("west"), p)
+	copied := &streamwal.Error{Code: err.Code, Message: err.Message}
+	p, ok = streamwal.PrimaryOf(copied)
+	require.True(t, ok)
+	require.Equal(t, streamwal.Cluster("west"), p)
+
+	for _, other := range []error{nil, errors.New("x"), streamwal.Errorf(streamwal.CodeNotSecondary, "the primary is cluster west"),
+		&streamwal.Error{Code: streamwal.CodeNotPrimary, Message: "no name"}} {
+		_, ok := streamwal.PrimaryOf(other)
+		require.False(t, ok, "%v", other)
+	}
+}

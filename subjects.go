@@ -380,6 +380,23 @@ func SegmentMetaKey(p PChannel) string { return recoveryPrefix + p.String() + ".
 // operator's consent to serve p above a detected loss of its history.
 func AcceptLossKey(p PChannel) string { return recoveryPrefix + p.String() + ".accept-loss" }
 
+// Keys of BucketReplication (DESIGN.md §11): the cluster's replication
+// topology as of the last AlterReplicateConfig that landed on every
+// PChannel (the coordinator writes it), and per PChannel of a secondary
+// the replicate checkpoint, where its replicator has read the primary
+// through (the replicator of the node that owns the PChannel writes it).
+const (
+	// KeyReplicateTopology is the topology in BucketReplication.
+	KeyReplicateTopology = "topology"
+	// ReplicateCheckpointPrefix prefixes every replicate checkpoint key.
+	ReplicateCheckpointPrefix = "pchannel."
+)
+
+// ReplicateCheckpointKey is p's replicate checkpoint in BucketReplication.
+func ReplicateCheckpointKey(p PChannel) string {
+	return ReplicateCheckpointPrefix + p.String() + ".checkpoint"
+}
+
 // Object names in the ObjectStoreSegments store. IDs are zero-padded to 20
 // digits so that names sort by position.
 

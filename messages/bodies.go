@@ -1,6 +1,10 @@
 package messages
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"github.com/streamwal/streamwal"
+)
 
 // JSON bodies of the built-in types that the WAL itself interprets. Other
 // types (DML, index, database, RBAC, resource-group messages and application
@@ -105,7 +109,8 @@ type AlterWALBody struct {
 // ReplicateRole is a cluster's role in the replication star.
 type ReplicateRole string
 
-// Replication roles.
+// Replication roles. A cluster outside any topology (or before its first
+// AlterReplicateConfig) takes writes as a primary would.
 const (
 	RolePrimary   ReplicateRole = "primary"
 	RoleSecondary ReplicateRole = "secondary"
@@ -113,12 +118,24 @@ const (
 
 // ReplicateMember is one cluster of the replication topology.
 type ReplicateMember struct {
-	Cluster string        `json:"cluster"`
-	URL     string        `json:"url,omitempty"`
-	Role    ReplicateRole `json:"role"`
+	// Cluster is the member's cluster name.
+	Cluster streamwal.Cluster `json:"cluster"`
+	// URL is where the member's NATS servers are reached (one URL or a
+	// comma-separated list), for the replicators that read from it.
+	URL string `json:"url,omitempty"`
+	// PChannels are the member's PChannel names in index order: PChannel
+	// i of the primary replicates into PChannel i of each secondary.
+	PChannels []string `json:"pchannels"`
 }
 
-// AlterReplicateConfigBody sets the replication topology.
-type AlterReplicateConfigBody struct {
-	Members []ReplicateMember `json:"members"`
+// ReplicateEdge says that Source's log replicates into Target.
+type ReplicateEdge struct {
+	Source streamwal.Cluster `json:"source"`
+	Target streamwal.Cluster `json:"target"`
 }
+
+// AlterReplicateConfigBody sets the replication topology (DESIGN.md §1,
+// §11): a star of one primary and its secondaries. Each member cluster
+// gets it by a broadcast of its own (it is unreplicable), so that the
+// topology can change without the primary (failover); see [Topology].
+type AlterReplicateConfigBody = Topology

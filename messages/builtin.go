@@ -60,8 +60,11 @@ var (
 	TypeAlterResourceGroup  = controlOnly("AlterResourceGroup", clusterKeys, FlagUnreplicable)
 	TypeDropResourceGroup   = controlOnly("DropResourceGroup", clusterKeys, FlagUnreplicable)
 
-	TypeFlushAll             = clusterBarrier("FlushAll", FlagAckSyncUp, FlushAllBody{})
-	TypeAlterReplicateConfig = clusterBarrier("AlterReplicateConfig", 0, AlterReplicateConfigBody{})
+	TypeFlushAll = clusterBarrier("FlushAll", FlagAckSyncUp, FlushAllBody{})
+	// AlterReplicateConfig is unreplicable: each member cluster is
+	// configured by a broadcast of its own, so that a secondary's
+	// topology can change without its primary (failover).
+	TypeAlterReplicateConfig = clusterBarrier("AlterReplicateConfig", FlagUnreplicable, AlterReplicateConfigBody{})
 	TypeAlterWAL             = clusterBarrier("AlterWAL", 0, AlterWALBody{})
 )
 

@@ -231,10 +231,11 @@ func TestCatalogResourceGroups(t *testing.T) {
 		require.Equal(t, []messages.KeyRule{{Domain: messages.DomainCluster, Exclusive: true}}, typ.Keys)
 		require.Equal(t, messages.NoLock, typ.Lock)
 	})
-	// Nothing a client writes is unreplicable but the resource groups (the
-	// WAL's own PChannel-level messages are per cluster).
+	// Nothing a client writes is unreplicable but the resource groups and
+	// the replication topology (each member cluster gets its own; the
+	// WAL's own PChannel-level messages are per cluster too).
 	for _, name := range namesWhere(func(typ *messages.Type) bool { return typ.Is(messages.FlagUnreplicable) }) {
-		require.Contains(t, sorted(resourceGroupTypes, walInternalPChannel), name)
+		require.Contains(t, sorted(resourceGroupTypes, walInternalPChannel, []string{"AlterReplicateConfig"}), name)
 	}
 }
 

@@ -46,10 +46,9 @@ func realisticBodies(t testing.TB) map[string]any {
 		"CreatePartition":    messages.PartitionBody{CollectionRef: collRef, PartitionID: 101, PartitionName: "p1"},
 		"DropPartition":      messages.PartitionBody{CollectionRef: collRef, PartitionID: 101, PartitionName: "p1"},
 		"FlushAll":           messages.FlushAllBody{},
-		"AlterReplicateConfig": messages.AlterReplicateConfigBody{Members: []messages.ReplicateMember{
-			{Cluster: "c1", URL: "nats://primary:4222", Role: messages.RolePrimary},
-			{Cluster: "c2", Role: messages.RoleSecondary},
-		}},
+		"AlterReplicateConfig": messages.Star(
+			messages.ReplicateMember{Cluster: "c1", URL: "nats://primary:4222", PChannels: []string{"pchan-0", "pchan-1"}},
+			messages.ReplicateMember{Cluster: "c2", URL: "nats://secondary:4222", PChannels: []string{"pchan-0", "pchan-1"}}),
 		"AlterWAL": messages.AlterWALBody{Settings: map[string]string{"sync": "always"}},
 	}
 }
@@ -572,11 +571,23 @@ func TestReplicate(t *testing.T) {
 	require.Equal(t, src.Header().DML, h.DML)
 	require.Equal(t, src.Header().Txn, h.Txn)
 	require.Equal(t, testTraceParent, h.TraceParent)
-	require.NotEqual(t, "orig", h.MsgID, "the replica has its own dedup identity")
-	require.Contains(t, h.MsgID, "primary")
-	r2, err := secondary.NewReplicate(src, "primary", dstP)
+	require.Empty(t, h.MsgID, "a transaction's replica carries no message id: it replicates whole")
+
+	// Outside a transaction, the replica has its own dedup identity.
+	solo, err := primary.New(messages.TypeInsert, srcV, []byte("rows"), messages.WithMsgID("orig"))
 	require.NoError(t, err)
-	require.Equal(t, h.MsgID, r2.MsgID(), "a retried replication dedups")
+	solo.SetTimeTick(mustTick(t, 1_764_000_000_000, 2))
+	soloNM, err := primary.Encode(solo)
+	require.NoError(t, err)
+	soloSrc, err := primary.Decode(soloNM, 101)
+	require.NoError(t, err)
+	r1, err := secondary.NewReplicate(soloSrc, "primary", dstP)
+	require.NoError(t, err)
+	require.NotEqual(t, "orig", r1.MsgID(), "the replica has its own dedup identity")
+	require.Contains(t, r1.MsgID(), "primary")
+	r2, err := secondary.NewReplicate(soloSrc, "primary", dstP)
+	require.NoError(t, err)
+	require.Equal(t, r1.MsgID(), r2.MsgID(), "a retried replication dedups")
 
 	r.SetTimeTick(mustTick(t, 1_764_000_000_005, 0))
 	r.SetLastConfirmed(7)

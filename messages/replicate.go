@@ -9,7 +9,9 @@ import (
 // properties, retargeted to the channel with the same index here, with the
 // source identity kept in a ReplicateHeader. The WAL assigns it a new
 // TimeTick. Unreplicable messages, synthetic ones and messages of this very
-// cluster are refused.
+// cluster are refused. A replica outside a transaction carries a message
+// ID derived from its source, so that the stream drops a re-append of it
+// within its duplicate window.
 func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
 	if _, err := streamwal.ParseCluster(string(source)); err != nil {
 		return nil, err
@@ -41,7 +43,12 @@ func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, ta
 	}
 	h.Replicate = &ReplicateHeader{Cluster: source, MessageID: src.id, TimeTick: src.h.TimeTick, LastConfirmed: src.h.LastConfirmed}
 	h.TimeTick, h.LastConfirmed, h.Term = 0, 0, 0
-	h.MsgID = "rep-" + string(source) + "-" + src.h.PChannel.String() + "-" + src.id.String()
+	h.MsgID = ""
+	if src.h.Txn == nil && !src.typ.Is(FlagTxnControl) {
+		// A transaction's messages carry none (the WAL refuses one on
+		// them): the transaction replicates whole or not at all.
+		h.MsgID = "rep-" + string(source) + "-" + src.h.PChannel.String() + "-" + src.id.String()
+	}
 	return &MutableMessage{typ: src.typ, h: h, payload: src.payload}, nil
 }
 
@@ -69,4 +76,26 @@ func (m *ImmutableMessage) Broadcast() *BroadcastHeader {
 	}
 	b := m.h.Broadcast.clone()
 	return &b
+}
+
+// Replicate returns the replicate header of a replica, or nil, without
+// copying the rest of the header.
+func (m *MutableMessage) Replicate() *ReplicateHeader {
+	if m.h.Replicate == nil {
+		return nil
+	}
+	r := *m.h.Replicate
+	return &r
+}
+
+// Unreplicable reports whether m stays in its cluster: its type is
+// unreplicable, or it was built WithUnreplicable.
+func (m *MutableMessage) Unreplicable() bool {
+	return m.h.Unreplicable || m.typ.Is(FlagUnreplicable)
+}
+
+// Unreplicable reports whether m stays in its cluster: its type is
+// unreplicable, or it was built WithUnreplicable.
+func (m *ImmutableMessage) Unreplicable() bool {
+	return m.h.Unreplicable || m.typ.Is(FlagUnreplicable)
 }

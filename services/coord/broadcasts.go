@@ -28,7 +28,8 @@ func (t *tenure) startBroadcaster(ctx context.Context) error {
 			onDeposed: t.depose},
 		NewID: t.newBroadcastID,
 		Callbacks: map[string]broadcast.Callback{
-			messages.TypeDropCollection.Name: t.ctl.dropCollection,
+			messages.TypeDropCollection.Name:       t.ctl.dropCollection,
+			messages.TypeAlterReplicateConfig.Name: t.replicateConfigured,
 		},
 		Logger:         t.log,
 		TracerProvider: t.c.cfg.TracerProvider,
@@ -64,6 +65,11 @@ func (t *tenure) runBroadcast(ctx context.Context, data []byte) (any, error) {
 	}
 	if err := checkCollection(typ, req, targets); err != nil {
 		return nil, err
+	}
+	if typ == messages.TypeAlterReplicateConfig {
+		if err := t.checkReplicateConfig(req.Payload); err != nil {
+			return nil, err
+		}
 	}
 	r := broadcast.Request{Type: typ, Targets: targets, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
 		TraceParent: req.TraceParent, TraceState: req.TraceState,
