@@ -47,8 +47,8 @@ func BenchmarkAppend(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer nc.Close()
-			seq, stats := benchSequencer(b, nc, fsync, window)
-			paths := []func(n int) time.Duration{seq, benchRawAsync(b, nc), benchRawBatch(b, nc)}
+			seq, stats := benchSequencer(b, nc, jetstream.Options{GroupCommit: fsync}, "seq", window)
+			paths := []func(n int) time.Duration{seq, benchRawAsync(b, nc, 1), benchRawBatch(b, nc)}
 			// Three rounds, each path once a round in a rotating order, so
 			// that no path always runs first on a fresh disk or last behind
 			// the others' writeback; a path's rate is its messages over its
@@ -81,22 +81,20 @@ const benchGoroutines = 64
 
 var payload1K = make([]byte, 1024)
 
-// benchSequencer opens a writer and returns a path appending n messages
-// through it from 64 goroutines, and a func logging the writer's counters.
-func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, window int) (func(n int) time.Duration, func()) {
+// benchSequencer opens a writer of a backend with opts on PChannel
+// name<window>-0 and returns a path appending n messages through it from
+// 64 goroutines, each with up to window appends in flight, and a func
+// logging the writer's counters.
+func benchSequencer(b *testing.B, nc *nats.Conn, opts jetstream.Options, name string, window int) (func(n int) time.Duration, func()) {
 	codec, err := messages.NewCodec("bench", nil)
 	if err != nil {
 		b.Fatal(err)
-	}
-	opts := jetstream.Options{}
-	if fsync {
-		opts.GroupCommit = true
 	}
 	be, err := jetstream.New(nc, codec, opts)
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, _ := streamwal.NewPChannel(fmt.Sprintf("seq%d", window), 0)
+	p, _ := streamwal.NewPChannel(fmt.Sprintf("%s%d", name, window), 0)
 	v, _ := p.VChannel(1, 0)
 	ctx := context.Background()
 	w, err := be.OpenWriter(ctx, p, 1)
@@ -142,10 +140,10 @@ func benchSequencer(b *testing.B, nc *nats.Conn, fsync bool, window int) (func(n
 	return run, stats
 }
 
-// rawStream creates a bare stream like the backend's.
-func rawStream(b *testing.B, js njs.JetStream, name string) string {
+// rawStream creates a bare stream like the backend's, with replicas.
+func rawStream(b *testing.B, js njs.JetStream, name string, replicas int) string {
 	_, err := js.CreateStream(context.Background(), njs.StreamConfig{
-		Name: name, Subjects: []string{name + ".>"}, Storage: njs.FileStorage,
+		Name: name, Subjects: []string{name + ".>"}, Storage: njs.FileStorage, Replicas: replicas,
 		AllowAtomicPublish: true, AllowDirect: true, Duplicates: 2 * time.Minute,
 	})
 	if err != nil {
@@ -155,13 +153,13 @@ func rawStream(b *testing.B, js njs.JetStream, name string) string {
 }
 
 // benchRawAsync returns a path publishing n messages asynchronously from
-// one goroutine (4096 pending).
-func benchRawAsync(b *testing.B, nc *nats.Conn) func(n int) time.Duration {
+// one goroutine (4096 pending) to a stream of replicas.
+func benchRawAsync(b *testing.B, nc *nats.Conn, replicas int) func(n int) time.Duration {
 	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(4096))
 	if err != nil {
 		b.Fatal(err)
 	}
-	subj := rawStream(b, js, "RAWASYNC")
+	subj := rawStream(b, js, fmt.Sprint("RAWASYNC", replicas), replicas)
 	return func(n int) time.Duration {
 		start := time.Now()
 		for i := 0; i < n; i++ {
@@ -185,7 +183,7 @@ func benchRawBatch(b *testing.B, nc *nats.Conn) func(n int) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	subj := rawStream(b, js, "RAWBATCH")
+	subj := rawStream(b, js, "RAWBATCH", 1)
 	var last uint64
 	return func(n int) time.Duration {
 		return rawBatches(b, js, subj, &last, n)
