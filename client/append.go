@@ -9,7 +9,7 @@ import (
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
-	"github.com/streamwal/streamwal/telemetry/oteltrace"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // AppendResult is where an appended message landed.
@@ -32,9 +32,9 @@ type AppendResult struct {
 // among themselves (see Order in the package doc). If the call fails,
 // what it stored is in call order too.
 func (c *Client) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]AppendResult, error) {
-	ctx, end := c.traceAppend(ctx, msgs)
+	ctx = c.opts.hooks.OnAppendCallStart(ctx, telemetry.AppendCallEvent{Messages: msgs})
 	res, err := c.AppendAsync(ctx, msgs...).Wait()
-	end(err)
+	c.opts.hooks.OnAppendCallEnd(ctx, err)
 	return res, err
 }
 
@@ -109,7 +109,7 @@ func (c *Client) newEntry(ctx context.Context, m *messages.MutableMessage, retry
 	if err != nil {
 		return nil, err
 	}
-	oteltrace.Inject(ctx, m.Type(), nm.Header)
+	c.opts.hooks.OnInject(ctx, m.Type(), nm.Header)
 	e := &entry{ctx: ctx, m: m, wm: wire.Message{Subject: nm.Subject, Header: nm.Header, Data: nm.Data},
 		retry: retry, done: make(chan struct{})}
 	e.size = wireSize(e.wm)

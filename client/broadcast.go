@@ -9,13 +9,11 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
-	"github.com/streamwal/streamwal/telemetry/oteltrace"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // BroadcastRequest is a message of a broadcast type for several channels.
@@ -48,8 +46,14 @@ type BroadcastResult struct {
 // Broadcast runs a broadcast through the coordinator, retrying through a
 // coordinator takeover until ctx ends.
 func (c *Client) Broadcast(ctx context.Context, req BroadcastRequest) (BroadcastResult, error) {
-	ctx, span := c.tracer.Start(ctx, oteltrace.SpanBroadcast, trace.WithAttributes(broadcastAttributes(req)...))
-	defer span.End()
+	ctx = c.opts.hooks.OnBroadcastCallStart(ctx, telemetry.BroadcastCallEvent{Type: req.Type, VChannels: req.VChannels})
+	res, err := c.broadcast(ctx, req)
+	c.opts.hooks.OnBroadcastCallEnd(ctx, telemetry.BroadcastCallEndEvent{ID: res.ID, Err: err})
+	return res, err
+}
+
+// broadcast runs a broadcast under ctx (which the hooks made).
+func (c *Client) broadcast(ctx context.Context, req BroadcastRequest) (BroadcastResult, error) {
 	if req.Type == nil {
 		return BroadcastResult{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "broadcast without a type")
 	}
@@ -72,14 +76,11 @@ func (c *Client) Broadcast(ctx context.Context, req BroadcastRequest) (Broadcast
 	if !req.AppendFirst.IsZero() {
 		wreq.AppendFirst = req.AppendFirst.String()
 	}
-	wreq.TraceParent, wreq.TraceState = oteltrace.Context(ctx)
+	wreq.TraceParent, wreq.TraceState = c.traceContext(ctx, req.Type)
 	var reply wire.BroadcastReply
 	if err := c.callCoord(ctx, streamwal.CoordBroadcast, wreq, &reply); err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
 		return BroadcastResult{}, err
 	}
-	span.SetAttributes(oteltrace.AttrBroadcastID.Int64(int64(reply.ID)))
 	out := BroadcastResult{ID: reply.ID, Appended: map[string]AppendResult{}}
 	for name, r := range reply.Appended {
 		out.Appended[name] = resultOf(r)

@@ -100,12 +100,12 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // Defaults.
@@ -128,7 +128,6 @@ type options struct {
 	retryMax    time.Duration
 	local       Local
 	logger      zerolog.Logger
-	tracer      trace.TracerProvider
 	natsOpts    []nats.Option
 	hooks       telemetry.Hooks
 }
@@ -137,7 +136,11 @@ type options struct {
 type Option func(*options)
 
 // WithHooks adds telemetry hooks (package telemetry) that receive the
-// client's events: each append request (telemetry.ClientRequestHook).
+// client's events: each append request (telemetry.ClientRequestHook),
+// each Append call, transaction and Broadcast call, each message sent
+// (telemetry.InjectHook: what its headers carry) and each message read
+// (telemetry.ConsumeHook). Package telemetry/oteltrace turns them into
+// OpenTelemetry spans (see WithTracerProvider).
 func WithHooks(hooks ...telemetry.Hook) Option {
 	return func(o *options) { o.hooks = append(o.hooks, hooks...) }
 }
@@ -172,9 +175,16 @@ func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.
 // WithLogger sets the logger of retries and reads (default: none).
 func WithLogger(l zerolog.Logger) Option { return func(o *options) { o.logger = l } }
 
-// WithTracerProvider sets the OpenTelemetry tracer provider (default:
-// none).
-func WithTracerProvider(tp trace.TracerProvider) Option { return func(o *options) { o.tracer = tp } }
+// WithTracerProvider traces the client's work into tp: it is
+// WithHooks(oteltrace.New(tp)), the OpenTelemetry adapter on the client's
+// hooks (package telemetry/oteltrace). Each Append call is a
+// wal.autocommit span with wal.dist_append within it, each transaction a
+// wal.txn span, each Broadcast a wal.broadcast span, each message read a
+// wal.dist_consume span linked to its producer's; every message sent
+// carries the context it was sent in (W3C traceparent), for the nodes to
+// continue. Without it (nor another hook) the client traces nothing and
+// carries no trace context.
+func WithTracerProvider(tp trace.TracerProvider) Option { return WithHooks(oteltrace.New(tp)) }
 
 // WithNATSOptions adds options to the connection Connect opens
 // (credentials, TLS, reconnect settings, ...), applied after Connect's own
@@ -192,7 +202,6 @@ type Client struct {
 	opts    options
 	codec   *messages.Codec
 	backend *jetstream.JetStream
-	tracer  trace.Tracer
 
 	mu       sync.Mutex
 	batchers map[streamwal.PChannel]*batcher
@@ -228,8 +237,7 @@ func Connect(url string, opts ...Option) (*Client, error) {
 // caller's.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := options{cluster: DefaultCluster, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch,
-		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, logger: zerolog.Nop(),
-		tracer: noop.NewTracerProvider()}
+		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, logger: zerolog.Nop()}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -249,8 +257,7 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, opts: o, codec: codec, backend: be, tracer: o.tracer.Tracer("streamwal/client"),
-		batchers: map[streamwal.PChannel]*batcher{}}, nil
+	return &Client{nc: nc, opts: o, codec: codec, backend: be, batchers: map[streamwal.PChannel]*batcher{}}, nil
 }
 
 // Codec builds the messages to append (codec.New, codec.NewBody, ...).

@@ -9,11 +9,11 @@ import (
 	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/read"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Start is where a read (or a new durable subscription) starts: Earliest,
@@ -70,8 +70,8 @@ type ReadOptions struct {
 type Scanner struct {
 	s     *read.Scanner
 	empty bool // UntilNow with nothing to read
-	// tracer marks each message read with a wal.dist_consume span.
-	tracer trace.Tracer
+	// hooks are told of each message read (telemetry.ConsumeHook).
+	hooks telemetry.Hooks
 }
 
 // Read opens a scanner straight on JetStream: messages in TimeTick order
@@ -94,7 +94,7 @@ func (c *Client) Read(ctx context.Context, o ReadOptions) (*Scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scanner{s: s, tracer: c.tracer}, nil
+	return &Scanner{s: s, hooks: c.opts.hooks}, nil
 }
 
 // readOptions are the read pipeline's options for a read of v (or p).
@@ -155,7 +155,7 @@ func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 	}
 	m, err := s.s.Next(ctx)
 	if err == nil {
-		traceConsume(ctx, s.tracer, m)
+		noteConsume(ctx, s.hooks, m)
 	}
 	return m, err
 }

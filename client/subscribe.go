@@ -588,12 +588,18 @@ func (s *Subscription) fail(err error) {
 func (s *Subscription) Name() string { return s.name }
 
 // Next blocks for the next message, until ctx ends or the subscription
-// is closed (streamwal.ErrClosed) or fails.
+// is closed (streamwal.ErrClosed) or fails. The client's hooks are told
+// of each message delivered (telemetry.ConsumeHook: a wal.dist_consume
+// span under ctx's).
 func (s *Subscription) Next(ctx context.Context) (*Delivery, error) {
 	for {
 		d, err := s.next(ctx)
-		if err != nil || !d.stale() {
-			return d, err
+		if err != nil {
+			return nil, err
+		}
+		if !d.stale() {
+			noteConsume(ctx, s.c.opts.hooks, d.Message)
+			return d, nil
 		}
 	}
 }

@@ -5,11 +5,9 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/telemetry/oteltrace"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Txn is a transaction on one VChannel. Its messages are appended in the
@@ -20,9 +18,10 @@ type Txn struct {
 	c  *Client
 	v  streamwal.VChannel
 	tc messages.TxnContext
-	// span is the transaction's wal.txn span, parent of its messages'
-	// appends, ended with the transaction.
-	span trace.Span
+	// ctx is the transaction's context, as the hooks made it at its
+	// begin (telemetry.TxnHook: a wal.txn span, parent of its messages'
+	// appends, ended with the transaction); only its values are used.
+	ctx context.Context
 
 	mu    sync.Mutex
 	ended error
@@ -34,23 +33,22 @@ func (c *Client) BeginTxn(ctx context.Context, v streamwal.VChannel, keepalive t
 	if keepalive == 0 {
 		keepalive = messages.DefaultKeepalive
 	}
-	ctx, span := c.tracer.Start(ctx, oteltrace.SpanTxn, trace.WithAttributes(oteltrace.AttrMessageVChannel.String(v.String())))
+	tctx := c.opts.hooks.OnTxnStart(ctx, telemetry.TxnStartEvent{VChannel: v})
 	m, err := c.codec.NewBody(messages.TypeBeginTxn, v, messages.BeginTxnBody{},
 		messages.WithTxn(messages.TxnContext{ID: 1, Keepalive: keepalive}))
 	if err != nil {
-		endSpan(span, err)
+		c.opts.hooks.OnTxnEnd(tctx, telemetry.TxnEndEvent{Err: err})
 		return nil, err
 	}
-	res, err := c.appendOnce(ctx, m)
+	res, err := c.appendOnce(c.opts.hooks.OnTxnAppend(ctx, tctx), m)
 	if err == nil && res.Txn == nil {
 		err = streamwal.Errorf(streamwal.CodeInternal, "BeginTxn landed without a transaction id")
 	}
 	if err != nil {
-		endSpan(span, err)
+		c.opts.hooks.OnTxnEnd(tctx, telemetry.TxnEndEvent{Err: err})
 		return nil, err
 	}
-	span.SetAttributes(oteltrace.AttrTxnID.Int64(int64(res.Txn.ID)))
-	return &Txn{c: c, v: v, tc: *res.Txn, span: span}, nil
+	return &Txn{c: c, v: v, tc: *res.Txn, ctx: tctx}, nil
 }
 
 // Context is the transaction's ID and keepalive.
@@ -75,7 +73,7 @@ func (t *Txn) Append(ctx context.Context, msgs ...*messages.MutableMessage) ([]A
 		if err := m.SetTxn(&t.tc); err != nil {
 			return nil, err
 		}
-		e, err := t.c.newEntry(trace.ContextWithSpan(ctx, t.span), m, false)
+		e, err := t.c.newEntry(t.c.opts.hooks.OnTxnAppend(ctx, t.ctx), m, false)
 		if err != nil {
 			return nil, err
 		}
@@ -119,13 +117,16 @@ func (t *Txn) end(ctx context.Context, typ *messages.Type, body any) (AppendResu
 	t.ended = streamwal.Errorf(streamwal.CodeTxnInvalidState, "transaction %d already ended", t.tc.ID)
 	t.mu.Unlock()
 	m, err := t.c.codec.NewBody(typ, t.v, body, messages.WithTxn(t.tc))
-	if err != nil {
-		endSpan(t.span, err)
-		return AppendResult{}, err
+	if err == nil {
+		var res AppendResult
+		res, err = t.c.appendOnce(t.c.opts.hooks.OnTxnAppend(ctx, t.ctx), m)
+		if err == nil {
+			t.c.opts.hooks.OnTxnEnd(t.ctx, telemetry.TxnEndEvent{ID: t.tc.ID})
+			return res, nil
+		}
 	}
-	res, err := t.c.appendOnce(trace.ContextWithSpan(ctx, t.span), m)
-	endSpan(t.span, err)
-	return res, err
+	t.c.opts.hooks.OnTxnEnd(t.ctx, telemetry.TxnEndEvent{ID: t.tc.ID, Err: err})
+	return AppendResult{}, err
 }
 
 // usable refuses work on an ended transaction.

@@ -11,7 +11,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
@@ -22,6 +21,7 @@ import (
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/telemetry"
 	"github.com/streamwal/streamwal/telemetry/otelmetrics"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // switchSampler samples every span while on, none while off (a child
@@ -39,26 +39,13 @@ func (s *switchSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sam
 // Description implements sdktrace.Sampler.
 func (s *switchSampler) Description() string { return "switch" }
 
-// switchProvider is the SDK's tracer provider while on, a no-op one while
-// off (a node that traces nothing).
-type switchProvider struct {
-	noop.TracerProvider
-	on  atomic.Bool
-	sdk trace.TracerProvider
-}
-
-// Tracer implements trace.TracerProvider.
-func (p *switchProvider) Tracer(name string, opts ...trace.TracerOption) trace.Tracer {
-	if p.on.Load() {
-		return p.sdk.Tracer(name, opts...)
-	}
-	return p.TracerProvider.Tracer(name, opts...)
-}
-
-// switchHook passes events to its metrics while on.
+// switchHook passes events to its metrics while on, and the messages a
+// node appends to its tracing adapter while tracing is on (a node that
+// traces nothing otherwise).
 type switchHook struct {
-	on atomic.Bool
-	m  *otelmetrics.Metrics
+	on, tracing atomic.Bool
+	m           *otelmetrics.Metrics
+	trace       *oteltrace.Hook
 }
 
 func (h *switchHook) hooks() telemetry.Hooks {
@@ -66,6 +53,21 @@ func (h *switchHook) hooks() telemetry.Hooks {
 		return telemetry.Hooks{h.m}
 	}
 	return nil
+}
+
+func (h *switchHook) tracer() telemetry.Hooks {
+	if h.tracing.Load() {
+		return telemetry.Hooks{h.trace}
+	}
+	return nil
+}
+
+func (h *switchHook) OnMessageAppendStart(ctx context.Context, e telemetry.MessageAppendEvent) context.Context {
+	return h.tracer().OnMessageAppendStart(ctx, e)
+}
+
+func (h *switchHook) OnMessageAppendEnd(ctx context.Context, e telemetry.MessageAppendEndEvent) {
+	h.tracer().OnMessageAppendEnd(ctx, e)
 }
 
 // The events the benchmark's load produces.
@@ -98,12 +100,11 @@ func BenchmarkClientTelemetry(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hook := &switchHook{m: m}
-	nodeTP := &switchProvider{sdk: tp}
+	hook := &switchHook{m: m, trace: oteltrace.New(tp)}
 	s, err := system.Start(ctx, system.Options{Cluster: "bench",
 		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: true},
 		Coord:         coord.Config{Hooks: telemetry.Hooks{hook}},
-		Node:          node.Config{Hooks: telemetry.Hooks{hook}, TracerProvider: nodeTP}})
+		Node:          node.Config{Hooks: telemetry.Hooks{hook}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func BenchmarkClientTelemetry(b *testing.B) {
 	caller := tp.Tracer("bench")
 	set := func(metrics, tracing, sample bool) {
 		hook.on.Store(metrics)
-		nodeTP.on.Store(tracing)
+		hook.tracing.Store(tracing)
 		sampler.on.Store(sample)
 	}
 	paths := []func(n int) time.Duration{

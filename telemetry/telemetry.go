@@ -10,9 +10,16 @@
 // events are values, and a hook must not keep references into them
 // beyond the call.
 //
-// The package carries no exporter: OpenTelemetry metrics are an adapter
-// on these hooks (package telemetry/otelmetrics), wired by cmd/ and
-// embedded/system.
+// Work that spans a call (a client's append, transaction or broadcast, a
+// node's append of a message, a coordinator's broadcast callback) is
+// followed through a context: its start hook returns the context the
+// work runs under, and its end hook is given that context back (see
+// trace.go). Without such a hook the component uses the context it had.
+//
+// The package carries no exporter: OpenTelemetry metrics and traces are
+// adapters on these hooks (packages telemetry/otelmetrics and
+// telemetry/oteltrace), wired by cmd/ and embedded/system; the client's
+// WithTracerProvider is a shorthand that installs the tracing adapter.
 package telemetry
 
 import (

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nuid"
@@ -96,7 +97,7 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 		return err
 	}
 	defer closeEndpoint(ep)
-	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-coord")
+	tracing, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-coord")
 	if err != nil {
 		return err
 	}
@@ -110,7 +111,7 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	c, err := coord.Start(startCtx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
-		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: hooks, TracerProvider: tp})
+		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: slices.Concat(hooks, tracing)})
 	if err != nil {
 		return fmt.Errorf("start coordinator %s: %w", id, explainReplicas(err, nc, f.replicas))
 	}

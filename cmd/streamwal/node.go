@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +15,6 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -118,7 +118,7 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 		return err
 	}
 	defer closeEndpoint(ep)
-	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-node")
+	tracing, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-node")
 	if err != nil {
 		return err
 	}
@@ -130,7 +130,7 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 	}
 	defer nc.Close()
 	n, gc, err := startNode(ctx, log, nc, nodeSettings{cluster: cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks, tracer: tp})
+		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)})
 	if err != nil {
 		return err
 	}
@@ -167,10 +167,9 @@ type nodeSettings struct {
 	retain      time.Duration
 	dupWindow   time.Duration
 	groupCommit string
-	// hooks receive the node's (and serve's coordinator's) telemetry;
-	// tracer, if any, traces its appends.
-	hooks  telemetry.Hooks
-	tracer trace.TracerProvider
+	// hooks receive the node's (and serve's coordinator's) telemetry:
+	// metrics, and the traces of its appends.
+	hooks telemetry.Hooks
 }
 
 // startNode waits for a coordinator to have created the cluster (for as
@@ -188,7 +187,7 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	gc, why := decideGroupCommit(ctx, nodeLog(log, s.id), nc, s.groupCommit, s.replicas)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks, TracerProvider: s.tracer,
+	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks,
 		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
 		Recovery: withReplicas(retention(s.retain), s.replicas)})
 	if err != nil {

@@ -282,7 +282,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	if err != nil {
 		return nil, err
 	}
-	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-serve")
+	tracing, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-serve")
 	if err != nil {
 		srv.Shutdown()
 		return nil, err
@@ -292,8 +292,8 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
-		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL, TracerProvider: tp},
-		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, TracerProvider: tp}})
+		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL, Hooks: tracing},
+		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, Hooks: tracing}})
 	if err != nil {
 		stopTracing()
 		srv.Shutdown()

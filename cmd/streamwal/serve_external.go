@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,13 +58,13 @@ func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error 
 		return err
 	}
 	defer closeEndpoint(ep)
-	tp, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-serve")
+	tracing, stopTracing, err := startTracing(f.metrics.otlp, "streamwal-serve")
 	if err != nil {
 		return err
 	}
 	defer stopTracing()
 	s, err := startExternal(cmd, &cf, log, cfg, nodeSettings{cluster: cfg.cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: hooks, tracer: tp}, f.pchannels)
+		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)}, f.pchannels)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func startExternal(cmd *cobra.Command, cf *componentFlags, log zerolog.Logger, c
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	s.coord, err = coord.Start(startCtx, coord.Config{Conn: s.coordNC, Cluster: cfg.cluster, ID: s.coordID,
-		PChannels: pchannels, Replicas: ns.replicas, NodeTTL: cfg.nodeTTL, Logger: log, Hooks: ns.hooks, TracerProvider: ns.tracer})
+		PChannels: pchannels, Replicas: ns.replicas, NodeTTL: cfg.nodeTTL, Logger: log, Hooks: ns.hooks})
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("start coordinator: %w", explainReplicas(err, s.coordNC, ns.replicas))

@@ -10,7 +10,9 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamwal/streamwal/telemetry"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // flagOTLPEndpoint is the flag that exports a process's traces.
@@ -28,12 +30,14 @@ func checkOTLP(endpoint string) error {
 	return nil
 }
 
-// startTracing returns a tracer provider that exports spans to endpoint
-// over OTLP/HTTP (protobuf) in batches, as service, and its shutdown,
-// which flushes what is left; nil and a no-op without an endpoint. Spans
-// are sampled as the caller's trace context says: a node traces the
-// appends of messages that carry one (the client's spans).
-func startTracing(endpoint, service string) (trace.TracerProvider, func(), error) {
+// startTracing returns the hooks that trace a component's work (the
+// OpenTelemetry adapter, telemetry/oteltrace) into a tracer provider that
+// exports spans to endpoint over OTLP/HTTP (protobuf) in batches, as
+// service, and its shutdown, which flushes what is left; no hooks and a
+// no-op without an endpoint. Spans are sampled as the caller's trace
+// context says: a node traces the appends of messages that carry one
+// (the client's spans).
+func startTracing(endpoint, service string) (telemetry.Hooks, func(), error) {
 	if endpoint == "" {
 		return nil, func() {}, nil
 	}
@@ -43,7 +47,7 @@ func startTracing(endpoint, service string) (trace.TracerProvider, func(), error
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", service))
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
-	return tp, func() {
+	return telemetry.Hooks{oteltrace.New(tp)}, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = tp.Shutdown(ctx)

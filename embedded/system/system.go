@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
@@ -50,6 +51,11 @@ type Options struct {
 	// HOST:PORT (see package telemetry/endpoint); Pprof adds /debug/pprof/.
 	MetricsAddr string
 	Pprof       bool
+	// TracerProvider, when set, traces every coordinator's and node's
+	// work into it: the OpenTelemetry adapter (telemetry/oteltrace) is
+	// added to their hooks (a node's appends of messages that carry a
+	// trace context, a coordinator's broadcast callbacks).
+	TracerProvider trace.TracerProvider
 }
 
 // Member is who uses a connection of the system.
@@ -122,6 +128,7 @@ func Start(ctx context.Context, o Options) (*System, error) {
 		s.Close()
 		return nil, err
 	}
+	s.wireTracing()
 	if s.admin, err = s.Server.Connect(o.connectOptions(MemberClient, nats.Name("streamwal-admin"))...); err != nil {
 		s.Close()
 		return nil, err

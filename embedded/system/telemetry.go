@@ -10,6 +10,7 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 	"github.com/streamwal/streamwal/telemetry"
 	"github.com/streamwal/streamwal/telemetry/endpoint"
+	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
 // ErrNotReady is wrapped by Ready's errors.
@@ -33,6 +34,18 @@ func (s *System) startEndpoint() error {
 	s.opts.Coord.Hooks = append(slices.Clip(s.opts.Coord.Hooks), m)
 	s.opts.Node.Hooks = append(slices.Clip(s.opts.Node.Hooks), m)
 	return nil
+}
+
+// wireTracing adds the OpenTelemetry tracing adapter on
+// Options.TracerProvider, if set, to every coordinator's and node's
+// hooks.
+func (s *System) wireTracing() {
+	if s.opts.TracerProvider == nil {
+		return
+	}
+	h := telemetry.Hook(oteltrace.New(s.opts.TracerProvider))
+	s.opts.Coord.Hooks = append(slices.Clip(s.opts.Coord.Hooks), h)
+	s.opts.Node.Hooks = append(slices.Clip(s.opts.Node.Hooks), h)
 }
 
 // serveReady makes the endpoint's /readyz answer with Ready.

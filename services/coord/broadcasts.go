@@ -31,8 +31,8 @@ func (t *tenure) startBroadcaster(ctx context.Context) error {
 			messages.TypeDropCollection.Name:       t.ctl.dropCollection,
 			messages.TypeAlterReplicateConfig.Name: t.replicateConfigured,
 		},
-		Logger:         t.log,
-		TracerProvider: t.c.cfg.TracerProvider,
+		Logger: t.log,
+		Hooks:  t.c.cfg.Hooks,
 	})
 	t.codec = codec
 	return t.bc.Resume(ctx)

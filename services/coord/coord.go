@@ -85,7 +85,6 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -156,11 +155,11 @@ type Config struct {
 	// lease held under another ID is always waited out.
 	ReclaimLease bool
 	// Hooks receive the coordinator's events (assignment changes, TimeTick
-	// allocations, broadcasts; see package telemetry); none by default.
+	// allocations, broadcasts, broadcast callbacks; see package
+	// telemetry); none by default. Tracing is such a hook:
+	// telemetry/oteltrace's adapter makes each broadcast callback a
+	// wal.bc_callback span under its broadcast's caller's context.
 	Hooks telemetry.Hooks
-	// TracerProvider, when set, traces broadcast callbacks
-	// (wal.bc_callback, under their broadcast's caller's context).
-	TracerProvider trace.TracerProvider
 }
 
 // withDefaults validates c and fills in defaults.

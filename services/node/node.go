@@ -40,7 +40,6 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
@@ -82,14 +81,13 @@ type Config struct {
 	// Recovery configures recovery storage, shard management and
 	// truncation (DESIGN.md §10); on unless Recovery.Off.
 	Recovery RecoveryOptions
-	// Hooks receive the node's events (appends, opens, closes, fencing,
-	// heartbeats, recovery storage) and those of its WAL writers (see
-	// package telemetry); none by default.
+	// Hooks receive the node's events (appends, each message appended,
+	// opens, closes, fencing, heartbeats, recovery storage) and those of
+	// its WAL writers (see package telemetry); none by default. Tracing
+	// is such a hook: telemetry/oteltrace's adapter makes the append of
+	// a message that carries a trace context wal.append and
+	// wal.appendimpl spans.
 	Hooks telemetry.Hooks
-	// TracerProvider, when set, traces each append of a message that
-	// carries a trace context (wal.append and wal.appendimpl spans, see
-	// package telemetry/oteltrace).
-	TracerProvider trace.TracerProvider
 }
 
 // DefaultRetain is how much of the log, by age, a node keeps in its
@@ -193,6 +191,10 @@ type Node struct {
 	local   localWALs      // the WALs served, for AppendLocal
 	holds   *subscriptionHolds
 
+	// followsMessages says whether a hook follows each message appended
+	// (telemetry.MessageAppendHook).
+	followsMessages bool
+
 	mu       sync.Mutex
 	channels map[streamwal.PChannel]*channel
 	version  uint64 // of the served set: grows at every change of channels
@@ -238,6 +240,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		oracle:   &remoteOracle{nc: cfg.Conn, subject: cfg.Codec.Cluster().CoordSubject(streamwal.CoordTSO)},
 		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
 		requests: make(chan struct{}, maxRequests), stop: make(chan struct{}), beat: make(chan struct{}, 1)}
+	n.followsMessages = telemetry.Has[telemetry.MessageAppendHook](cfg.Hooks)
 	if n.nodes, err = n.openNodesBucket(ctx); err != nil {
 		return nil, err
 	}

@@ -3,85 +3,62 @@ package node
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
-	"github.com/streamwal/streamwal/telemetry/oteltrace"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
-// tracerName is the instrumentation scope of the node's spans.
-const tracerName = "github.com/streamwal/streamwal/services/node"
-
-// messageSpans are the spans of one message's append at the node.
-type messageSpans struct {
-	append, impl trace.Span
-}
-
-// appendTrace holds the spans of an append request's traced messages, by
-// their index in the request's decoded messages.
+// appendTrace is what the hooks that follow messages
+// (telemetry.MessageAppendHook) keep of an append request's messages:
+// the context each returned, by the message's index in the request's
+// decoded messages (nil where they kept none). The zero appendTrace
+// tells nobody anything.
 type appendTrace struct {
-	spans []messageSpans
+	hooks telemetry.Hooks
+	ctxs  []context.Context
 }
 
-// traceAppend starts, for each message of msgs (decoded from the
-// request's messages wms, msgs[i] from wms[index[i]]) whose context is
-// sampled, a wal.append
-// span child of that context and a wal.appendimpl span (the write to
-// JetStream) child of it; nil when the node traces nothing. A message
-// whose context is not sampled gets no span, as the default parent-based
-// sampler would decide, without the cost of asking it.
-func (n *Node) traceAppend(msgs []*messages.MutableMessage, wms []wire.Message, index []int) *appendTrace {
-	if n.cfg.TracerProvider == nil {
-		return nil
+// traceAppend tells the message hooks of each message of msgs (decoded
+// from the request's messages wms, msgs[i] from wms[index[i]]) that its
+// append starts; the zero appendTrace when no hook follows messages. The
+// contexts of the messages are kept only once a hook returns one of its
+// own (the OpenTelemetry adapter does for a message that carries a
+// sampled trace context), so that a request whose messages nobody traces
+// allocates nothing.
+func (n *Node) traceAppend(msgs []*messages.MutableMessage, wms []wire.Message, index []int) appendTrace {
+	if !n.followsMessages {
+		return appendTrace{}
 	}
-	var t *appendTrace
-	var tracer trace.Tracer
+	t := appendTrace{hooks: n.cfg.Hooks}
+	bg := context.Background()
 	for i, m := range msgs {
-		header := wms[index[i]].Header
-		if _, ok := header[messages.HdrTraceParent]; !ok || !oteltrace.Traced(m.Type()) {
+		ctx := t.hooks.OnMessageAppendStart(bg, telemetry.MessageAppendEvent{PChannel: m.PChannel(), Message: m, Header: wms[index[i]].Header})
+		if ctx == bg {
 			continue
 		}
-		ctx := oteltrace.ExtractHeader(context.Background(), header)
-		if !trace.SpanContextFromContext(ctx).IsSampled() {
-			continue
+		if t.ctxs == nil {
+			t.ctxs = make([]context.Context, len(msgs))
 		}
-		if t == nil {
-			t = &appendTrace{spans: make([]messageSpans, len(msgs))}
-			tracer = n.cfg.TracerProvider.Tracer(tracerName)
-		}
-		ctx, s := tracer.Start(ctx, oteltrace.SpanAppend, trace.WithSpanKind(trace.SpanKindServer))
-		if s.IsRecording() {
-			s.SetAttributes(oteltrace.MessageAttributes(m.Type(), m.Header())...)
-		}
-		_, impl := tracer.Start(ctx, oteltrace.SpanAppendImpl, trace.WithSpanKind(trace.SpanKindClient))
-		t.spans[i] = messageSpans{append: s, impl: impl}
+		t.ctxs[i] = ctx
 	}
 	return t
 }
 
-// end ends the spans with each message's outcome: its TimeTick, or its
+// end tells the hooks each message's outcome: where it landed, or its
 // error.
-func (t *appendTrace) end(out []*messages.ImmutableMessage, errs []error) {
-	if t == nil {
+func (t appendTrace) end(out []*messages.ImmutableMessage, errs []error) {
+	if t.hooks == nil {
 		return
 	}
-	for i, s := range t.spans {
-		if s.append == nil {
-			continue
+	for i := range out {
+		ctx := context.Background()
+		if t.ctxs != nil && t.ctxs[i] != nil {
+			ctx = t.ctxs[i]
 		}
-		if err := errs[i]; err != nil {
-			for _, sp := range []trace.Span{s.impl, s.append} {
-				sp.RecordError(err)
-				sp.SetStatus(codes.Error, err.Error())
-			}
-		} else if m := out[i]; m != nil {
-			tt := oteltrace.AttrMessageTimeTick.Int64(int64(m.TimeTick()))
-			s.impl.SetAttributes(tt)
-			s.append.SetAttributes(tt)
+		e := telemetry.MessageAppendEndEvent{Err: errs[i]}
+		if e.Err == nil {
+			e.Message = out[i]
 		}
-		s.impl.End()
-		s.append.End()
+		t.hooks.OnMessageAppendEnd(ctx, e)
 	}
 }

@@ -1,8 +1,11 @@
-// Package oteltrace carries OpenTelemetry trace context through WAL
-// messages (DESIGN.md §8): the W3C traceparent and tracestate headers,
-// written and read through the standard TraceContext propagator, and the
-// span names and attributes every component uses. It depends on the
-// OpenTelemetry API only; the application chooses the SDK and exporter.
+// Package oteltrace is the OpenTelemetry tracing adapter on the telemetry
+// hooks (DESIGN.md §8): Hook turns the events of the client, the node and
+// the coordinator into spans, and carries their context through WAL
+// messages in the W3C traceparent and tracestate headers, written and
+// read through the standard TraceContext propagator. The package also
+// names the spans and attributes. It depends on the OpenTelemetry API
+// only; the application chooses the SDK and exporter, and the components
+// know only the hooks (cmd/ and embedded/system wire the adapter).
 //
 // Messages of types flagged messages.FlagNotTraced (TimeTick among them)
 // never carry a trace context and never get a span.

@@ -17,7 +17,6 @@ import (
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord"
-	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/telemetry/oteltrace"
 )
 
@@ -32,6 +31,7 @@ type traced struct {
 	client *client.Client
 	v      streamwal.VChannel
 	col    client.Collection
+	url    string
 }
 
 // startTraced starts a one-node cluster and a client that trace, and
@@ -44,7 +44,7 @@ func startTraced(t *testing.T) *traced {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
 	sys, err := system.Start(ctx, system.Options{Cluster: "traces", ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Coord: coord.Config{PChannels: 2, TracerProvider: tp}, Node: node.Config{TracerProvider: tp}})
+		Coord: coord.Config{PChannels: 2}, TracerProvider: tp})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
@@ -55,7 +55,8 @@ func startTraced(t *testing.T) *traced {
 	vs, err := c.CreateCollection(ctx, client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2})
 	require.NoError(t, err)
 	require.Len(t, vs, 2)
-	return &traced{exp: exp, tp: tp, client: c, v: vs[0], col: client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2}}
+	return &traced{exp: exp, tp: tp, client: c, v: vs[0], col: client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2},
+		url: sys.Server.ClientURL()}
 }
 
 // caller runs f under a span of the test's own, and returns its context
@@ -328,4 +329,77 @@ func TestTraceOfAConsumedTransaction(t *testing.T) {
 	require.Len(t, consumed, 1, "the transaction arrives as one Txn message")
 	require.Len(t, consumed[0].Links, 1)
 	require.Equal(t, txn.SpanContext.SpanID(), consumed[0].Links[0].SpanContext.SpanID(), "linked to its CommitTxn's context, the transaction's span")
+}
+
+// TestTraceOfASubscription: a message a durable subscription delivers is
+// a wal.dist_consume span under the span of the call to Next, linked to
+// the context its producer wrote into it.
+func TestTraceOfASubscription(t *testing.T) {
+	tr := startTraced(t)
+	_, produced := tr.caller(t, func(ctx context.Context) {
+		m, err := tr.client.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
+		require.NoError(t, err)
+		_, err = tr.client.Append(ctx, m)
+		require.NoError(t, err)
+	})
+	dist := one(t, produced, oteltrace.SpanDistAppend)
+	reader, spans := tr.caller(t, func(ctx context.Context) {
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		sub, err := tr.client.Subscribe(ctx, "traced", client.SubscribeVChannel(tr.v), client.SubscribeTypes(messages.TypeInsert))
+		require.NoError(t, err)
+		defer sub.Close()
+		d, err := sub.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, messages.TypeInsert, d.Message.Type())
+	})
+	consumed := one(t, spans, oteltrace.SpanDistConsume)
+	requireChild(t, reader, consumed)
+	require.Len(t, consumed.Links, 1)
+	require.Equal(t, dist.SpanContext.SpanID(), consumed.Links[0].SpanContext.SpanID(), "linked to the producer's context")
+	require.Equal(t, dist.SpanContext.TraceID(), consumed.Links[0].SpanContext.TraceID())
+}
+
+// TestPropagationWithoutClientSpans: a client whose adapter traces
+// nothing (New(nil)) still carries the caller's context in the messages
+// it sends, and the node's wal.append is a child of the caller's span.
+func TestPropagationWithoutClientSpans(t *testing.T) {
+	tr := startTraced(t)
+	c, err := client.Connect(tr.url, client.WithCluster("traces"), client.WithoutLocalBypass(), client.WithHooks(oteltrace.New(nil)))
+	require.NoError(t, err)
+	defer c.Close()
+	root, spans := tr.caller(t, func(ctx context.Context) {
+		m, err := c.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
+		require.NoError(t, err)
+		_, err = c.Append(ctx, m)
+		require.NoError(t, err)
+	})
+	require.Empty(t, named(spans, oteltrace.SpanAutocommit), "the client records no span")
+	require.Empty(t, named(spans, oteltrace.SpanDistAppend))
+	requireChild(t, root, one(t, spans, oteltrace.SpanAppend))
+}
+
+// TestAdaptersInOneList: two adapters in one client's hooks, each into
+// its own provider, both trace a whole append, neither hiding the
+// other's spans.
+func TestAdaptersInOneList(t *testing.T) {
+	tr := startTraced(t)
+	other := tracetest.NewInMemoryExporter()
+	otherTP := sdktrace.NewTracerProvider(sdktrace.WithSyncer(other))
+	defer func() { _ = otherTP.Shutdown(context.Background()) }()
+	c, err := client.Connect(tr.url, client.WithCluster("traces"), client.WithoutLocalBypass(),
+		client.WithTracerProvider(tr.tp), client.WithTracerProvider(otherTP))
+	require.NoError(t, err)
+	defer c.Close()
+	_, spans := tr.caller(t, func(ctx context.Context) {
+		m, err := c.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
+		require.NoError(t, err)
+		_, err = c.Append(ctx, m)
+		require.NoError(t, err)
+	})
+	for _, got := range []tracetest.SpanStubs{spans, other.GetSpans()} {
+		auto := one(t, got, oteltrace.SpanAutocommit)
+		requireChild(t, auto.SpanContext, one(t, got, oteltrace.SpanDistAppend))
+		require.False(t, auto.EndTime.IsZero(), "ended")
+	}
 }

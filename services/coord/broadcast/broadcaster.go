@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Appender appends one replica to the owner of its PChannel and returns
@@ -58,9 +58,10 @@ type Config struct {
 	TombstoneAge  time.Duration
 	GCInterval    time.Duration
 	Logger        zerolog.Logger
-	// TracerProvider, when set, traces each callback (wal.bc_callback)
-	// under the trace context of its broadcast's caller.
-	TracerProvider trace.TracerProvider
+	// Hooks follow each callback (telemetry.BroadcastCallbackHook: with
+	// telemetry/oteltrace's adapter, a wal.bc_callback span under the
+	// trace context of its broadcast's caller).
+	Hooks telemetry.Hooks
 }
 
 // Request is one broadcast.

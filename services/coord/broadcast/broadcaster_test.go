@@ -13,6 +13,7 @@ import (
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord/broadcast"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 func TestBroadcastAppendsEveryTargetOnce(t *testing.T) {
@@ -932,4 +933,54 @@ func TestCloseEndsWaitingCallers(t *testing.T) {
 	o := recv(t, call)
 	require.Error(t, o.err)
 	require.True(t, streamwal.IsRetriable(o.err) || streamwal.CodeOf(o.err) == streamwal.CodeShuttingDown, "%v", o.err)
+}
+
+// callbackHook records what the broadcaster tells of its callbacks.
+type callbackHook struct {
+	mu     sync.Mutex
+	starts []telemetry.BroadcastCallbackEvent
+	ends   []telemetry.BroadcastCallbackEndEvent
+	ctxOK  []bool // whether each end came with the context its start returned
+}
+
+// callbackKey is the context key callbackHook marks its contexts with.
+type callbackKey struct{}
+
+func (h *callbackHook) OnBroadcastCallbackStart(ctx context.Context, e telemetry.BroadcastCallbackEvent) context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.starts = append(h.starts, e)
+	return context.WithValue(ctx, callbackKey{}, e.ID)
+}
+
+func (h *callbackHook) OnBroadcastCallbackEnd(ctx context.Context, e telemetry.BroadcastCallbackEndEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ends = append(h.ends, e)
+	id, _ := ctx.Value(callbackKey{}).(uint64)
+	h.ctxOK = append(h.ctxOK, len(h.starts) > 0 && id == h.starts[len(h.starts)-1].ID)
+}
+
+// TestCallbackHooks: the hooks are told of a callback's start, with its
+// broadcast's ID, type and trace context, and of its end, once, with the
+// errors of the attempts that failed, under the context they returned.
+func TestCallbackHooks(t *testing.T) {
+	e := newEnv(t)
+	e.cbs.fail = 2
+	hook := &callbackHook{}
+	cfg := e.config()
+	cfg.Hooks = telemetry.Hooks{hook}
+	b := e.start(cfg)
+	req := e.createDatabase("db")
+	req.TraceParent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	res, err := b.Broadcast(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, 3, e.cbs.Tries(res.ID))
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	require.Equal(t, []telemetry.BroadcastCallbackEvent{{ID: res.ID, Type: req.Type.Name, TraceParent: req.TraceParent}}, hook.starts)
+	require.Len(t, hook.ends, 1)
+	require.Len(t, hook.ends[0].Failures, 2, "the two attempts that failed")
+	require.NoError(t, hook.ends[0].Err)
+	require.Equal(t, []bool{true}, hook.ctxOK)
 }

@@ -9,12 +9,11 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
-	"github.com/streamwal/streamwal/telemetry/oteltrace"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // start runs a task once its keys are granted (granted nil: they are).
@@ -312,16 +311,21 @@ func (b *Broadcaster) runCallback(r *run) bool {
 	if cb == nil {
 		return true
 	}
-	ctx, span := b.callbackSpan(r)
-	defer span.End()
-	return b.retry(5*time.Second, func() error {
+	ctx := b.cfg.Hooks.OnBroadcastCallbackStart(b.ctx, telemetry.BroadcastCallbackEvent{ID: r.task.ID, Type: r.task.Type,
+		TraceParent: r.task.TraceParent, TraceState: r.task.TraceState})
+	var end telemetry.BroadcastCallbackEndEvent
+	end.Err = b.retry(5*time.Second, func() error {
 		err := cb(ctx, b.snapshot(r))
 		if err != nil {
-			span.RecordError(err)
+			if len(end.Failures) < telemetry.MaxCallbackFailures {
+				end.Failures = append(end.Failures, err)
+			}
 			b.log.Warn().Err(err).Uint64("broadcast", r.task.ID).Str("type", r.task.Type).Msg("callback failed; retrying")
 		}
 		return err
-	}) == nil
+	})
+	b.cfg.Hooks.OnBroadcastCallbackEnd(ctx, end)
+	return end.Err == nil
 }
 
 // finish persists the tombstone, then releases the keys.
@@ -441,16 +445,4 @@ func (b *Broadcaster) collectOnce() {
 		}
 		b.mu.Unlock()
 	}
-}
-
-// callbackSpan starts the wal.bc_callback span of r's callback, under the
-// trace context its caller gave the broadcast; a span that records
-// nothing (and b's context) without a tracer provider.
-func (b *Broadcaster) callbackSpan(r *run) (context.Context, trace.Span) {
-	if b.cfg.TracerProvider == nil {
-		return b.ctx, trace.SpanFromContext(b.ctx)
-	}
-	parent := oteltrace.Extract(b.ctx, messages.Header{TraceParent: r.task.TraceParent, TraceState: r.task.TraceState})
-	return b.cfg.TracerProvider.Tracer("github.com/streamwal/streamwal/services/coord").Start(parent, oteltrace.SpanBroadcastCallback,
-		trace.WithAttributes(oteltrace.AttrBroadcastID.Int64(int64(r.task.ID)), oteltrace.AttrMessageType.String(r.task.Type)))
 }
