@@ -99,3 +99,37 @@ func TestConfigureReplication(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, topo, got)
 }
+
+// TestSecondaryRefusesDirectWrites: once configured as a secondary, the
+// cluster refuses a client's appends and DDL with NOT_PRIMARY naming the
+// primary, through NATS as through the local bypass; unreplicable
+// messages still land.
+func TestSecondaryRefusesDirectWrites(t *testing.T) {
+	s := newSystemOf(t, 2)
+	ctx := testCtx(t)
+	admin := newClient(t, s)
+	col, v := createCollection(t, ctx, admin)
+	self, err := admin.ReplicateMember(ctx, "nats://local:4222")
+	require.NoError(t, err)
+	west := messages.ReplicateMember{Cluster: "west", URL: "nats://west:4222", PChannels: self.PChannels}
+	_, err = admin.ConfigureReplication(ctx, messages.Star(west, self))
+	require.NoError(t, err)
+
+	forModes(t, func(t *testing.T, m mode) {
+		c := newClient(t, s, m.opts...)
+		_, err := c.Append(ctx, insert(t, c, v, "direct"))
+		require.ErrorIs(t, err, streamwal.ErrNotPrimary)
+		primary, ok := streamwal.PrimaryOf(err)
+		require.True(t, ok, "%v", err)
+		require.Equal(t, streamwal.Cluster("west"), primary)
+		_, err = c.Append(ctx, insert(t, c, v, "stays here", messages.WithUnreplicable()))
+		require.NoError(t, err)
+	})
+
+	_, err = admin.CreateCollection(ctx, client.Collection{DBName: "db", Name: "refused", ID: collectionIDs.Add(1)})
+	require.ErrorIs(t, err, streamwal.ErrNotPrimary, "DDL too")
+	primary, ok := streamwal.PrimaryOf(err)
+	require.True(t, ok, "%v", err)
+	require.Equal(t, streamwal.Cluster("west"), primary)
+	require.ErrorIs(t, admin.DropCollection(ctx, col), streamwal.ErrNotPrimary)
+}

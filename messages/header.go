@@ -111,15 +111,16 @@ func (b BroadcastHeader) clone() BroadcastHeader {
 }
 
 // ReplicateHeader keeps the source identity of a message replicated from
-// another cluster.
+// another cluster. As JSON it is also a replicate checkpoint: where the
+// last replica of a source landed from.
 type ReplicateHeader struct {
 	// Cluster is the source cluster.
-	Cluster streamwal.Cluster
+	Cluster streamwal.Cluster `json:"cluster"`
 	// MessageID, TimeTick and LastConfirmed are the message's values in the
 	// source cluster's WAL.
-	MessageID     MessageID
-	TimeTick      TimeTick
-	LastConfirmed MessageID
+	MessageID     MessageID `json:"message_id"`
+	TimeTick      TimeTick  `json:"timetick"`
+	LastConfirmed MessageID `json:"last_confirmed"`
 }
 
 // DMLHeader describes a DML message's rows for shard management.

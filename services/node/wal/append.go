@@ -43,8 +43,9 @@ type appendOp struct {
 	tail     messages.MessageID // the largest MessageID acknowledged when it was stamped
 
 	// Per-interceptor state.
-	lockID uint64
-	txnID  messages.TxnID
+	lockID  uint64
+	txnID   messages.TxnID
+	replica messages.TimeTick // the source TimeTick of a replica (0: not one)
 
 	// Shard management: pre are the CreateSegments that open the segments
 	// op's inserts go to, appended in the same atomic unit just before
@@ -480,6 +481,9 @@ func (w *WAL) validate(op *appendOp) error {
 // validateWhole checks a whole transaction: BeginTxn, bodies, CommitTxn,
 // all on one VChannel.
 func validateWhole(msgs []*messages.MutableMessage) error {
+	if msgs[0].Txn() == nil {
+		return streamwal.Errorf(streamwal.CodeInvalidArgument, "the BeginTxn of a whole transaction carries no transaction context")
+	}
 	v := msgs[0].VChannel()
 	for i, m := range msgs {
 		ok := m.VChannel() == v

@@ -8,12 +8,13 @@ import (
 	"github.com/streamwal/streamwal/services/node/lock"
 )
 
-// newChain returns the interceptors in chain order. The shard stage
-// stamps after the lifecycle stage (it assigns only what may land), and
-// the txn interceptor last, so that once it has counted a body in flight
-// nothing after it refuses the append.
+// newChain returns the interceptors in chain order. The replicate stage
+// comes first: a write the cluster's role refuses waits for no lock. The
+// shard stage stamps after the lifecycle stage (it assigns only what may
+// land), and the txn interceptor last, so that once it has counted a body
+// in flight nothing after it refuses the append.
 func newChain() []interceptor {
-	return []interceptor{lockInterceptor{}, lifecycleInterceptor{}, shardInterceptor{}, txnInterceptor{}}
+	return []interceptor{replicateInterceptor{}, lockInterceptor{}, lifecycleInterceptor{}, shardInterceptor{}, txnInterceptor{}}
 }
 
 // lockInterceptor takes the lock the message type declares.

@@ -10,8 +10,8 @@
 //     package lock), and for a CommitTxn the bodies of its transaction
 //     still in flight;
 //  2. stamp, under the mutex that orders the PChannel: a TimeTick from the
-//     allocator, then every interceptor in chain order (lock, lifecycle,
-//     shard, txn), each of which may refuse the append and change nothing,
+//     allocator, then every interceptor in chain order (replicate, lock,
+//     lifecycle, shard, txn), each of which may refuse the append and change nothing,
 //     then the LastConfirmedMessageID and the term; the message is handed
 //     to the writer inside the same critical section, so stream order is
 //     TimeTick order;
@@ -47,6 +47,31 @@
 // drops the rest of the current TimeTick batch, so that TimeTick time (in
 // which keepalives are measured) trails the oracle's clock by at most one
 // interval.
+//
+// # Replication (DESIGN.md §1, §11)
+//
+// A WAL takes its role from its own log: the topology of the last
+// AlterReplicateConfig that landed on it, from the moment it landed (it
+// holds the PChannel exclusively, so nothing is in flight across it).
+// Until the first one, the cluster takes writes as a primary. The
+// replicate stage, first in the chain, refuses on a secondary every
+// message without a replicate header with streamwal.ErrNotPrimary naming
+// the primary (unreplicable messages, which stay in their cluster,
+// excepted), and on a primary every replica with
+// streamwal.ErrNotSecondary, as it does a replica from another cluster
+// than the secondary's source.
+//
+// Replicas are deduplicated by their source TimeTick: the WAL keeps the
+// replicate header of the replica with the highest source TimeTick that
+// landed (the source position, [WAL.Replication]), and refuses a replica
+// at or below it with streamwal.ErrDuplicate (it landed before: a
+// replicator that restarted behind what landed takes that as done), and
+// one at or below a replica still in flight as unavailable (retriable: it
+// may yet be lost). A replicated transaction is appended whole
+// ([WAL.AppendUnits]) and keyed by its CommitTxn. The topology and the
+// source position are in the recovery checkpoint (its Replication field)
+// and rebuilt by the replay, so they survive a restart or a change of
+// owner.
 //
 // # Open and recovery
 //

@@ -35,7 +35,10 @@ type ledger struct {
 	// the messages up to these TimeTicks (a round that wrote the metadata
 	// but not its checkpoint leaves it ahead of the checkpoint).
 	lifeThrough, segsThrough messages.TimeTick
-	log                      zerolog.Logger
+	// repl is the replication state as of the last message consumed;
+	// the checkpoint keeps it (Checkpoint.Replication).
+	repl replication
+	log  zerolog.Logger
 }
 
 // newLedger returns a ledger that consumes from the message after cp's.
@@ -109,6 +112,9 @@ func (l *ledger) consume(m *messages.ImmutableMessage) {
 		l.cp.MessageID = lc
 	}
 	l.dirty++
+	if err := l.repl.apply(m); err != nil {
+		l.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("ledger: replication message not applied")
+	}
 	t := m.Type()
 	if changesLifecycle(t) && m.TimeTick() > l.lifeThrough {
 		if err := l.life.Apply(m); err != nil {
@@ -148,6 +154,7 @@ func (l *ledger) consume(m *messages.ImmutableMessage) {
 func (l *ledger) snapshot(reached messages.MessageID) (recovery.Snapshot, error) {
 	cp := l.cp
 	cp.Reached = max(cp.Reached, reached, cp.Consumed)
+	cp.Replication = l.repl.encode()
 	segs, err := json.Marshal(l.segs.Segments())
 	if err != nil {
 		return recovery.Snapshot{}, err

@@ -61,6 +61,9 @@ func loadStorage(ctx context.Context, cfg Config) (*keeper, *ledger, error) {
 	}
 	led := newLedger(cp, life, segs, log)
 	led.lifeThrough, led.segsThrough = snap.VChannelsThrough, snap.SegmentsThrough
+	if led.repl, err = decodeReplication(cp.Replication); err != nil {
+		return nil, nil, fmt.Errorf("recovery checkpoint of %s: %w", cfg.PChannel, err)
+	}
 	return st, led, nil
 }
 

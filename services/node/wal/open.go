@@ -46,19 +46,20 @@ func Open(ctx context.Context, cfg Config) (*WAL, error) {
 	}
 	w := &WAL{
 		cfg: cfg, codec: cfg.Codec, w: wr, chain: newChain(),
-		log:      cfg.Logger.With().Str("pchannel", cfg.PChannel.String()).Uint64("term", cfg.Term).Logger(),
-		alloc:    alloc,
-		locks:    lock.NewTable(),
-		granted:  map[uint64]chan struct{}{},
-		msgIDs:   map[string]chan struct{}{},
-		txns:     txn.NewTable(),
-		life:     lifecycle.NewTable(),
-		stop:     make(chan struct{}),
-		broken:   make(chan struct{}),
-		loopDone: make(chan struct{}),
-		st:       st,
-		led:      led,
-		held:     map[messages.TxnID]struct{}{},
+		log:         cfg.Logger.With().Str("pchannel", cfg.PChannel.String()).Uint64("term", cfg.Term).Logger(),
+		alloc:       alloc,
+		locks:       lock.NewTable(),
+		granted:     map[uint64]chan struct{}{},
+		msgIDs:      map[string]chan struct{}{},
+		txns:        txn.NewTable(),
+		life:        lifecycle.NewTable(),
+		topoChanged: make(chan struct{}),
+		stop:        make(chan struct{}),
+		broken:      make(chan struct{}),
+		loopDone:    make(chan struct{}),
+		st:          st,
+		led:         led,
+		held:        map[messages.TxnID]struct{}{},
 	}
 	w.alive, w.kill = context.WithCancel(context.Background())
 	start := time.Now()
@@ -166,6 +167,9 @@ func (w *WAL) replay(m *messages.ImmutableMessage) {
 		if err := w.life.Apply(m); err != nil {
 			w.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("replay: lifecycle message not applied")
 		}
+		if err := w.repl.apply(m); err != nil {
+			w.log.Warn().Err(err).Uint64("id", uint64(m.ID())).Msg("replay: replication message not applied")
+		}
 		return
 	}
 	if m.ID() > w.led.next {
@@ -196,6 +200,7 @@ func (w *WAL) goLive(barrier *messages.ImmutableMessage) error {
 	w.led.skipTo(barrier.ID())
 	w.led.landed(barrier)
 	w.recovery.Skipped = w.led.skipped
+	w.repl = w.led.repl.clone()
 	// Segments whose Flush landed but that a crash kept from the object
 	// store: store them now.
 	w.led.uploads = w.led.uploads[:0]

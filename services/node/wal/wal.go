@@ -39,9 +39,14 @@ type WAL struct {
 	msgIDs   map[string]chan struct{} // caller message IDs in flight: closed once their append resolved
 	txns     *txn.Table
 	life     *lifecycle.Table
-	syncer   *timetick.Syncer
-	stopped  error // set once the WAL takes no more appends
-	recovery Recovery
+	// repl is what the log says of replication, replicas the replicas in
+	// flight, topoChanged closed at the next change of the topology.
+	repl        replication
+	replicas    inflightReplicas
+	topoChanged chan struct{}
+	syncer      *timetick.Syncer
+	stopped     error // set once the WAL takes no more appends
+	recovery    Recovery
 	// Recovery storage and shard management (nil when Config.Storage is):
 	// the live shard manager, the transactions holding rows of its
 	// segments, and the keeper of the storage loop. The ledger of what
@@ -153,23 +158,49 @@ func (w *WAL) Append(ctx context.Context, m *messages.MutableMessage) (*messages
 // it lands, so a later message may wait for an earlier one's lock. It
 // returns, per message, the stored message or why it was not appended.
 func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) ([]*messages.ImmutableMessage, []error) {
-	out := make([]*messages.ImmutableMessage, len(msgs))
-	errs := make([]error, len(msgs))
 	ops := make([]*appendOp, len(msgs))
+	for i, m := range msgs {
+		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
+	}
+	stored, errs := w.appendOps(ctx, ops)
+	out := make([]*messages.ImmutableMessage, len(msgs))
+	for i, s := range stored {
+		if s != nil {
+			out[i] = s[0]
+		}
+	}
+	return out, errs
+}
+
+// AppendUnits is AppendMany of units, each one message or (two or more)
+// the messages of a whole transaction: a BeginTxn, its bodies and its
+// CommitTxn, on one VChannel, which land together in one atomic batch, as
+// AppendTxn's do, but as given (a replicator appends a transaction of its
+// source whole this way). It returns, per unit, the stored messages or why the
+// unit was not appended.
+func (w *WAL) AppendUnits(ctx context.Context, units [][]*messages.MutableMessage) ([][]*messages.ImmutableMessage, []error) {
+	ops := make([]*appendOp, len(units))
+	for i, u := range units {
+		ops[i] = &appendOp{msgs: u, whole: len(u) > 1}
+	}
+	return w.appendOps(ctx, ops)
+}
+
+// appendOps runs ops as AppendMany describes.
+func (w *WAL) appendOps(ctx context.Context, ops []*appendOp) ([][]*messages.ImmutableMessage, []error) {
+	out := make([][]*messages.ImmutableMessage, len(ops))
+	errs := make([]error, len(ops))
 	// One waiter settles the started appends in order (they land in
 	// order), while this goroutine starts the next ones: a later message
 	// waiting for an earlier one's lock is let through as soon as that one
 	// is settled, and a thousand appends cost one goroutine, not a thousand
 	// contending for the WAL's mutex when their batch lands.
-	started := make(chan int, len(msgs))
+	started := make(chan int, len(ops))
 	settled := make(chan struct{})
 	go func() {
 		defer close(settled)
 		for i := range started {
-			var got []*messages.ImmutableMessage
-			if got, errs[i] = w.wait(ctx, ops[i]); errs[i] == nil {
-				out[i] = got[0]
-			}
+			out[i], errs[i] = w.wait(ctx, ops[i])
 		}
 	}()
 	// Once a message is refused with an error worth a retry, no later one
@@ -178,8 +209,7 @@ func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) (
 	// ones are refused as retriable too. Final refusals (bad input, the
 	// lifecycle) do not stop the request.
 	var refused *refusal
-	for i, m := range msgs {
-		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
+	for i := range ops {
 		if refused != nil {
 			errs[i] = streamwal.Errorf(streamwal.CodeUnavailable, "not started: message %d of the request was refused: %w", refused.index, refused.err)
 			continue
