@@ -39,19 +39,6 @@ func (c *Coordinator) noteAnswered(err error) {
 	}
 }
 
-// noteAssign reports a change of an assignment.
-func (ctl *control) noteAssign(a *wire.Assignment) {
-	hooks := ctl.t.c.cfg.Hooks
-	if len(hooks) == 0 {
-		return
-	}
-	p, err := streamwal.ParsePChannel(a.PChannel)
-	if err != nil {
-		return
-	}
-	hooks.OnAssign(telemetry.AssignEvent{PChannel: p, Node: a.Node, Term: a.Term, State: string(a.State), Serving: a.Serving})
-}
-
 // stuckWarning is how often the coordinator repeats its warning while
 // broadcasts are stuck.
 const stuckWarning = 10 * time.Second
