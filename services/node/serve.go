@@ -129,8 +129,9 @@ func (n *Node) serve(p streamwal.PChannel, w *wal.WAL) error {
 	n.channels[p] = &channel{wal: w, sub: sub, since: time.Now().UTC()}
 	n.changedLocked()
 	n.local.publish(w)
-	n.loops.Add(1)
+	n.loops.Add(2)
 	go n.watch(p, w)
+	go n.replicate(w)
 	return nil
 }
 

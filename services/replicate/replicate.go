@@ -1,0 +1,126 @@
+// Package replicate is the replicator of a secondary cluster (DESIGN.md
+// §1, §11): for one PChannel of the secondary, it reads the PChannel of
+// the same index of the primary and re-appends what it reads into the
+// local WAL with a replicate header. A secondary's node runs one for each
+// PChannel it owns (see [Run]), so that a PChannel's replicator moves with
+// the PChannel when its owner changes.
+//
+// # What is replicated
+//
+// The replicator reads the primary's stream through the read pipeline
+// (package read), in TimeTick order with transactions assembled. It skips
+// WAL-internal messages (each cluster writes its own TimeTicks, barriers,
+// CreateSegments and Flushes), unreplicable ones (resource groups,
+// AlterReplicateConfig: each member is configured on its own) and
+// replicas found in the primary's log. A committed transaction is
+// re-appended whole, as one atomic unit (its BeginTxn, bodies and
+// CommitTxn, each with its replicate header); a rolled-back or expired
+// one never. Broadcasts (DDL) replicate as the messages they are on each
+// PChannel, so the secondary's collections follow the primary's.
+//
+// # Where it starts, and exactly once
+//
+// The local WAL keeps the replicate header of the last replica that
+// landed (wal.WAL.Replication): a replicator that starts reads the
+// primary from that message's LastConfirmedMessageID, past its TimeTick,
+// which delivers exactly what follows it (transactions that began before
+// and commit after included). The WAL refuses a replica at or below that
+// source TimeTick with streamwal.ErrDuplicate, which the replicator takes
+// as done: after a crash, a reconnect or a change of owner, every
+// replicable message lands once. Without a source position (a new
+// secondary) it copies the primary's log from its first message.
+//
+// # Pipelining
+//
+// Appends are pipelined: a reader goroutine keeps reading ahead while the
+// replicator appends everything read so far (up to Config.Batch units) in
+// one WAL.AppendUnits call, where all of them are in flight together and
+// group-committed. The published checkpoint advances over the contiguous
+// prefix of acknowledged units; the first refused unit ends the attempt,
+// and the next attempt starts again from the WAL's source position (with
+// backoff, 100 ms doubling to 10 s).
+//
+// # Topology
+//
+// The replicator follows the topology the local WAL took from its own
+// log: it replicates while the cluster is a secondary, from the member
+// the topology names as its source (URL and PChannel names from the
+// topology), and stops and starts again at every change of it.
+//
+// # Checkpoint record
+//
+// Every Config.CheckpointInterval, while anything changed, the
+// replicator publishes a wire.ReplicateCheckpoint under
+// streamwal.ReplicateCheckpointKey in the local replication bucket:
+// source, position, count and the error that holds it up, if any.
+package replicate
+
+import (
+	"context"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
+)
+
+// Defaults.
+const (
+	// DefaultBatch bounds the units appended in one call.
+	DefaultBatch = 1024
+	// DefaultCheckpointInterval is how often the checkpoint record is
+	// published while it changes.
+	DefaultCheckpointInterval = time.Second
+	// retryFirst and retryMax bound the pause between attempts.
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 10 * time.Second
+)
+
+// Target is the local WAL of one PChannel; *wal.WAL is one.
+type Target interface {
+	// PChannel is the channel the WAL writes.
+	PChannel() streamwal.PChannel
+	// Replication is the topology the WAL's log set (ok false: none),
+	// the source position of the last replica that landed, and a channel
+	// closed at the next change of the topology.
+	Replication() (topo messages.Topology, ok bool, source *messages.ReplicateHeader, changed <-chan struct{})
+	// AppendUnits appends units (a message, or a whole transaction), all
+	// in flight together, and returns each one's outcome.
+	AppendUnits(ctx context.Context, units [][]*messages.MutableMessage) ([][]*messages.ImmutableMessage, []error)
+}
+
+// Config configures a replicator.
+type Config struct {
+	// Target is the local WAL; Codec this cluster's codec (its registry
+	// decodes the primary's messages too); Local this cluster's
+	// connection, for the checkpoint record. All required.
+	Target Target
+	Codec  *messages.Codec
+	Local  *nats.Conn
+	// ConnectOptions are added to the connection to the primary
+	// (credentials, TLS); the replicator adds a name and reconnects.
+	ConnectOptions []nats.Option
+	// Batch bounds the units appended in one call (default 1024).
+	Batch int
+	// CheckpointInterval is how often the checkpoint record is published
+	// (default 1 s).
+	CheckpointInterval time.Duration
+	// Logger receives the replicator's logs.
+	Logger zerolog.Logger
+}
+
+// withDefaults validates c and fills in defaults.
+func (c Config) withDefaults() (Config, error) {
+	if c.Target == nil || c.Codec == nil || c.Local == nil {
+		return c, streamwal.Errorf(streamwal.CodeInvalidArgument, "replicator needs a target, a codec and a local connection")
+	}
+	if c.Batch <= 0 {
+		c.Batch = DefaultBatch
+	}
+	if c.CheckpointInterval <= 0 {
+		c.CheckpointInterval = DefaultCheckpointInterval
+	}
+	return c, nil
+}

@@ -1,0 +1,426 @@
+package replicate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/read"
+	"github.com/streamwal/streamwal/services/wire"
+)
+
+// Run replicates into cfg.Target whenever the topology of its log makes
+// its cluster a secondary, until ctx ends. It returns an error only for
+// a bad configuration.
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return err
+	}
+	p := cfg.Target.PChannel()
+	r := &replicator{cfg: cfg, self: cfg.Codec.Cluster(), p: p,
+		log: cfg.Logger.With().Str("component", "replicator").Str("pchannel", p.String()).Logger()}
+	var wg sync.WaitGroup
+	wg.Go(func() { r.publishLoop(ctx) })
+	r.loop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// replicator replicates into one PChannel.
+type replicator struct {
+	cfg  Config
+	self streamwal.Cluster
+	p    streamwal.PChannel
+	log  zerolog.Logger
+
+	mu    sync.Mutex
+	cp    wire.ReplicateCheckpoint // as published
+	dirty bool
+}
+
+// loop runs attempts while the cluster is a secondary, waiting for a
+// change of the topology while it is not, and pausing after a failed
+// attempt.
+func (r *replicator) loop(ctx context.Context) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval = retryFirst, retryMax
+	for ctx.Err() == nil {
+		topo, ok, source, changed := r.cfg.Target.Replication()
+		src, secondary := topo.Source(r.self)
+		if !ok || !secondary {
+			wait(ctx, changed, nil)
+			continue
+		}
+		actx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				cancel()
+			case <-actx.Done():
+			}
+		}()
+		progressed, err := r.attempt(actx, src, source)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return
+		case isClosed(changed):
+			bo.Reset()
+			continue
+		case progressed:
+			bo.Reset()
+		}
+		r.fail(err)
+		wait(ctx, changed, time.After(bo.NextBackOff()))
+	}
+}
+
+// wait blocks until ctx ends, changed is closed or after fires.
+func wait(ctx context.Context, changed <-chan struct{}, after <-chan time.Time) {
+	select {
+	case <-ctx.Done():
+	case <-changed:
+	case <-after:
+	}
+}
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records why replication stopped.
+func (r *replicator) fail(err error) {
+	if err == nil {
+		return
+	}
+	r.log.Warn().Err(err).Msg("replication attempt failed; retrying")
+	r.mu.Lock()
+	r.cp.Error, r.dirty = err.Error(), true
+	r.mu.Unlock()
+}
+
+// source is a connection to the primary and a reader of its PChannel.
+type source struct {
+	member messages.ReplicateMember
+	p      streamwal.PChannel
+	codec  *messages.Codec
+	nc     *nats.Conn
+	be     *jetstream.JetStream
+}
+
+// connect opens a connection to member and a backend on it.
+func (r *replicator) connect(ctx context.Context, member messages.ReplicateMember) (*source, error) {
+	idx := r.p.Index()
+	if idx >= len(member.PChannels) {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "source %s lists %d pchannels, none of index %d", member.Cluster, len(member.PChannels), idx)
+	}
+	p, err := streamwal.ParsePChannel(member.PChannels[idx])
+	if err != nil {
+		return nil, err
+	}
+	codec, err := messages.NewCodec(member.Cluster, r.cfg.Codec.Registry())
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]nats.Option{nats.Name("streamwal-replicator-" + string(r.self) + "-" + r.p.String()),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, r.cfg.ConnectOptions...)
+	nc, err := nats.Connect(member.URL, opts...)
+	if err != nil {
+		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect to %s at %s: %v", member.Cluster, member.URL, err)
+	}
+	archived, err := hasArchive(ctx, nc, member.Cluster)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	be, err := jetstream.New(nc, codec, jetstream.Options{Archive: archived, Logger: r.log})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &source{member: member, p: p, codec: codec, nc: nc, be: be}, nil
+}
+
+// hasArchive reports whether cluster c keeps an archive (of what its
+// truncation removed) that a read below its streams' first message goes
+// to; a backend that archives would create it, and a reader must not.
+func hasArchive(ctx context.Context, nc *nats.Conn, c streamwal.Cluster) (bool, error) {
+	js, err := njs.New(nc)
+	if err != nil {
+		return false, streamwal.Errorf(streamwal.CodeUnavailable, "jetstream of %s: %v", c, err)
+	}
+	_, err = js.ObjectStore(ctx, c.ObjectStoreName(streamwal.ObjectStoreSegments))
+	if errors.Is(err, njs.ErrBucketNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, streamwal.Errorf(streamwal.CodeUnavailable, "object store of %s: %v", c, err)
+	}
+	return true, nil
+}
+
+// close closes the backend and the connection.
+func (s *source) close() {
+	_ = s.be.Close()
+	s.nc.Close()
+}
+
+// attempt replicates from member until ctx ends or something fails;
+// progressed says whether anything was replicated.
+func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMember, landed *messages.ReplicateHeader) (progressed bool, err error) {
+	src, err := r.connect(ctx, member)
+	if err != nil {
+		return false, err
+	}
+	defer src.close()
+	pos := r.start(member.Cluster, src.p, landed)
+	start, minTT := read.Earliest(), messages.TimeTick(0)
+	if pos != nil && pos.LastConfirmed > 0 {
+		start, minTT = read.From(pos.LastConfirmed), pos.TimeTick+1
+	}
+	sc, err := read.Open(ctx, read.Options{Backend: src.be, Codec: src.codec, PChannel: src.p, Start: start, MinTimeTick: minTT})
+	if err != nil {
+		return false, fmt.Errorf("read %s of %s: %w", src.p, member.Cluster, err)
+	}
+	defer func() { _ = sc.Close() }()
+	ev := r.log.Info().Str("source", string(member.Cluster)).Str("source_pchannel", src.p.String())
+	if pos != nil {
+		ev = ev.Uint64("from", uint64(pos.LastConfirmed)).Uint64("after_timetick", uint64(pos.TimeTick))
+	}
+	ev.Msg("replicating")
+
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan *messages.ImmutableMessage, r.cfg.Batch)
+	readErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() { readErr <- readAhead(rctx, sc, in) })
+	for {
+		batch, err := r.next(ctx, in, readErr)
+		if err != nil {
+			return progressed, err
+		}
+		n, err := r.appendBatch(ctx, src, batch)
+		progressed = progressed || n > 0
+		if err != nil {
+			return progressed, err
+		}
+	}
+}
+
+// position is where in its source's log replication stands.
+type position = messages.ReplicateHeader
+
+// start is where an attempt on PChannel p of source c starts: after the
+// later of what landed in the WAL and what the replicator acknowledged
+// (skipped messages included), nil for the beginning.
+func (r *replicator) start(c streamwal.Cluster, p streamwal.PChannel, landed *position) *position {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cp.Source != c || r.cp.SourcePChannel != p.String() {
+		r.cp = wire.ReplicateCheckpoint{Source: c, SourcePChannel: p.String()}
+		r.dirty = true
+	}
+	if landed == nil || landed.Cluster != c || landed.TimeTick <= r.cp.TimeTick {
+		if r.cp.TimeTick == 0 {
+			return nil
+		}
+		return &position{Cluster: c, MessageID: r.cp.MessageID, TimeTick: r.cp.TimeTick, LastConfirmed: r.cp.LastConfirmed}
+	}
+	return landed
+}
+
+// readAhead reads sc into in until ctx ends or a read fails.
+func readAhead(ctx context.Context, sc *read.Scanner, in chan<- *messages.ImmutableMessage) error {
+	for {
+		m, err := sc.Next(ctx)
+		if err != nil {
+			return err
+		}
+		select {
+		case in <- m:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// next waits for what was read and takes all of it, up to Batch.
+func (r *replicator) next(ctx context.Context, in <-chan *messages.ImmutableMessage, readErr <-chan error) ([]*messages.ImmutableMessage, error) {
+	var first *messages.ImmutableMessage
+	select {
+	case first = <-in:
+	case err := <-readErr:
+		return nil, fmt.Errorf("read the source: %w", err)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	batch := []*messages.ImmutableMessage{first}
+	for len(batch) < r.cfg.Batch {
+		select {
+		case m := <-in:
+			batch = append(batch, m)
+		default:
+			return batch, nil
+		}
+	}
+	return batch, nil
+}
+
+// appendBatch appends the replicas of batch and advances the checkpoint
+// over the contiguous prefix acknowledged (a replica the WAL already has
+// counts as acknowledged); it returns how many units it appended.
+func (r *replicator) appendBatch(ctx context.Context, src *source, batch []*messages.ImmutableMessage) (int, error) {
+	units := make([][]*messages.MutableMessage, len(batch))
+	var todo [][]*messages.MutableMessage
+	for i, m := range batch {
+		u, err := r.replicas(src, m)
+		if err != nil {
+			return 0, err
+		}
+		units[i] = u
+		if u != nil {
+			todo = append(todo, u)
+		}
+	}
+	var errs []error
+	if len(todo) > 0 {
+		_, errs = r.cfg.Target.AppendUnits(ctx, todo)
+	}
+	appended, j := 0, 0
+	for i, m := range batch {
+		landed := false
+		if units[i] != nil {
+			err := errs[j]
+			j++
+			if err != nil && !errors.Is(err, streamwal.ErrDuplicate) {
+				return appended, fmt.Errorf("append the replica of %s message %d (%s): %w", src.member.Cluster, m.ID(), m.Type(), err)
+			}
+			landed = err == nil
+		}
+		if landed {
+			appended++
+		}
+		r.advance(m, landed)
+	}
+	return appended, nil
+}
+
+// replicas is the unit to append for m (nil: m is not replicated).
+func (r *replicator) replicas(src *source, m *messages.ImmutableMessage) ([]*messages.MutableMessage, error) {
+	if m.Type() == messages.TypeTxn {
+		parts := append(append([]*messages.ImmutableMessage{m.TxnBegin()}, m.TxnBody()...), m.TxnCommit())
+		unit := make([]*messages.MutableMessage, 0, len(parts))
+		for _, part := range parts {
+			if part.Unreplicable() {
+				continue
+			}
+			rep, err := r.cfg.Codec.NewReplicate(part, src.member.Cluster, r.p)
+			if err != nil {
+				return nil, err
+			}
+			unit = append(unit, rep)
+		}
+		return unit, nil
+	}
+	if m.Type().Is(messages.FlagSelfControlled) || m.Unreplicable() || m.Replicate() != nil {
+		return nil, nil
+	}
+	rep, err := r.cfg.Codec.NewReplicate(m, src.member.Cluster, r.p)
+	if err != nil {
+		return nil, err
+	}
+	return []*messages.MutableMessage{rep}, nil
+}
+
+// advance moves the checkpoint past m.
+func (r *replicator) advance(m *messages.ImmutableMessage, appended bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cp.MessageID, r.cp.TimeTick, r.cp.LastConfirmed = m.ID(), m.TimeTick(), m.LastConfirmed()
+	if appended {
+		r.cp.Replicated++
+	}
+	r.cp.Error = ""
+	r.dirty = true
+}
+
+// publishLoop publishes the checkpoint record every CheckpointInterval
+// while it changes, and once more when ctx ends.
+func (r *replicator) publishLoop(ctx context.Context) {
+	t := time.NewTicker(r.cfg.CheckpointInterval)
+	defer t.Stop()
+	var kv njs.KeyValue
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			kv = r.publish(fctx, kv)
+			cancel()
+			return
+		case <-t.C:
+			kv = r.publish(ctx, kv)
+		}
+	}
+}
+
+// publish writes the checkpoint record if it changed; it returns the
+// bucket, opened on first use.
+func (r *replicator) publish(ctx context.Context, kv njs.KeyValue) njs.KeyValue {
+	r.mu.Lock()
+	if !r.dirty {
+		r.mu.Unlock()
+		return kv
+	}
+	cp := r.cp
+	r.dirty = false
+	r.mu.Unlock()
+	cp.Updated = time.Now().UTC()
+	if kv == nil {
+		js, err := njs.New(r.cfg.Local)
+		if err == nil {
+			kv, err = js.KeyValue(ctx, r.self.BucketName(streamwal.BucketReplication))
+		}
+		if err != nil {
+			r.redirty()
+			r.log.Debug().Err(err).Msg("open the replication bucket")
+			return nil
+		}
+	}
+	data, err := json.Marshal(cp)
+	if err == nil {
+		_, err = kv.Put(ctx, streamwal.ReplicateCheckpointKey(r.p), data)
+	}
+	if err != nil {
+		r.redirty()
+		r.log.Debug().Err(err).Msg("publish the replicate checkpoint")
+	}
+	return kv
+}
+
+// redirty marks the record as still to publish.
+func (r *replicator) redirty() {
+	r.mu.Lock()
+	r.dirty = true
+	r.mu.Unlock()
+}
