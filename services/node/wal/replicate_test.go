@@ -355,3 +355,31 @@ func TestRolesFollowTheLog(t *testing.T) {
 	require.Positive(t, replicas)
 	require.Positive(t, direct)
 }
+
+// TestAppendUnitsStopsAtARefusal: what lands of AppendUnits is a prefix
+// of the units (a replica landed before does not end it), so that a
+// replicator's source position never passes a replica that was refused.
+func TestAppendUnitsStopsAtARefusal(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.open(1)
+	e.configure(w, messages.Star(e.member("prim"), e.member("test")))
+	prim := newSource(t, e, "prim")
+	v, unknown := e.vchannel(1), e.vchannel(2)
+	_, err := w.Append(ctx, prim.createCollection(v))
+	require.NoError(t, err)
+	_, done := prim.insert(v, "landed before")
+	_, err = w.Append(ctx, done.Clone())
+	require.NoError(t, err)
+	_, a := prim.insert(v, "a")
+	_, bad := prim.insert(unknown, "no such collection")
+	_, b := prim.insert(v, "b")
+	out, errs := w.AppendUnits(ctx, [][]*messages.MutableMessage{{done}, {a}, {bad}, {b}})
+	require.ErrorIs(t, errs[0], streamwal.ErrDuplicate)
+	require.NoError(t, errs[1], "a duplicate does not stop the units after it")
+	require.ErrorIs(t, errs[2], streamwal.ErrLifecycle)
+	require.ErrorIs(t, errs[3], streamwal.ErrUnavailable, "nothing starts past a refusal")
+	require.Nil(t, out[3])
+	_, _, source, _ := w.Replication()
+	require.Equal(t, a.Replicate(), source)
+}

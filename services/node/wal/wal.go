@@ -162,7 +162,7 @@ func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) (
 	for i, m := range msgs {
 		ops[i] = &appendOp{msgs: []*messages.MutableMessage{m}}
 	}
-	stored, errs := w.appendOps(ctx, ops)
+	stored, errs := w.appendOps(ctx, ops, streamwal.IsRetriableWithID)
 	out := make([]*messages.ImmutableMessage, len(msgs))
 	for i, s := range stored {
 		if s != nil {
@@ -176,18 +176,22 @@ func (w *WAL) AppendMany(ctx context.Context, msgs []*messages.MutableMessage) (
 // the messages of a whole transaction: a BeginTxn, its bodies and its
 // CommitTxn, on one VChannel, which land together in one atomic batch, as
 // AppendTxn's do, but as given (a replicator appends a transaction of its
-// source whole this way). It returns, per unit, the stored messages or why the
-// unit was not appended.
+// source whole this way). Unlike AppendMany, once a unit is refused for
+// any reason but streamwal.ErrDuplicate (it landed before) no later one
+// starts (each is refused as unavailable): what lands is a prefix of
+// units, never one past a refusal. It returns, per
+// unit, the stored messages or why the unit was not appended.
 func (w *WAL) AppendUnits(ctx context.Context, units [][]*messages.MutableMessage) ([][]*messages.ImmutableMessage, []error) {
 	ops := make([]*appendOp, len(units))
 	for i, u := range units {
 		ops[i] = &appendOp{msgs: u, whole: len(u) > 1}
 	}
-	return w.appendOps(ctx, ops)
+	return w.appendOps(ctx, ops, func(err error) bool { return !errors.Is(err, streamwal.ErrDuplicate) })
 }
 
-// appendOps runs ops as AppendMany describes.
-func (w *WAL) appendOps(ctx context.Context, ops []*appendOp) ([][]*messages.ImmutableMessage, []error) {
+// appendOps runs ops as AppendMany describes; a refusal for which stops
+// says true stops the ops after it.
+func (w *WAL) appendOps(ctx context.Context, ops []*appendOp, stops func(error) bool) ([][]*messages.ImmutableMessage, []error) {
 	out := make([][]*messages.ImmutableMessage, len(ops))
 	errs := make([]error, len(ops))
 	// One waiter settles the started appends in order (they land in
@@ -216,7 +220,7 @@ func (w *WAL) appendOps(ctx context.Context, ops []*appendOp) ([][]*messages.Imm
 		}
 		if ops[i], errs[i] = w.startOrWait(ctx, ops[i]); errs[i] == nil {
 			started <- i
-		} else if streamwal.IsRetriableWithID(errs[i]) {
+		} else if stops(errs[i]) {
 			refused = &refusal{index: i, err: errs[i]}
 		}
 	}
