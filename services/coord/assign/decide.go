@@ -278,16 +278,18 @@ func (m *Machine) start(ch *channel, from, to streamwal.NodeID) {
 	})
 }
 
-// ended clears ch's open and reports whether the outcome is of the
-// open its record is ASSIGNING (an outcome of another is ignored).
+// ended ends the open under way of p to node under term, and reports
+// whether there was one: an outcome of any other open is ignored.
 func (m *Machine) ended(p streamwal.PChannel, node streamwal.NodeID, term uint64) (*channel, bool) {
 	ch := m.byName[p]
-	if ch == nil {
+	if ch == nil || !ch.opening {
+		return nil, false
+	}
+	if r := m.cur(ch); r.Term != term || r.Node != node {
 		return nil, false
 	}
 	ch.opening = false
-	r := m.cur(ch)
-	return ch, r.Term == term && r.Node == node
+	return ch, true
 }
 
 // openFailed gives up a PChannel whose open failed, and tries it again
@@ -327,8 +329,9 @@ func (m *Machine) openConfirmed(ev OpenConfirmed) {
 	m.setState(ch, ev.Node, streamwal.Assigned, func(r *Record) {
 		r.Session, r.Version = ev.Session, ev.Version
 		m.markServing(r, true)
-	}, nil)
-	m.log(Info, "assigned", append(at, Field{"session", ev.Session}, Field{"barrier", uint64(ev.Barrier)})...)
+	}, func() {
+		m.log(Info, "assigned", append(at, Field{"session", ev.Session}, Field{"barrier", uint64(ev.Barrier)})...)
+	})
 	// A heartbeat newer than the open may already say otherwise.
 	m.verify(ev.Node, mem, false)
 	// A round moves at most MaxMoves PChannels: go on until the plan is

@@ -44,8 +44,6 @@ func (m *Machine) checkChannel(ch *channel) error {
 		return fmt.Errorf("term %d above its fence %d", r.Term, ch.fence)
 	case ch.opening && (r.State != streamwal.Assigning || r.Term != ch.fence):
 		return fmt.Errorf("an open under way, but %s under term %d (fence %d)", r.State, r.Term, ch.fence)
-	case r.State == streamwal.Assigning && r.Term != ch.fence:
-		return fmt.Errorf("ASSIGNING under term %d, but its fence is %d", r.Term, ch.fence)
 	case (r.Node == "") != (r.State == streamwal.Uninitialized || r.State == streamwal.Unavailable):
 		return fmt.Errorf("%s on node %q", r.State, r.Node)
 	case r.Serving && r.State != streamwal.Assigned:

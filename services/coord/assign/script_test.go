@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,7 +28,7 @@ import (
 //
 // Commands (the clock starts at t0 and moves only by advance):
 //
-//	takeover [epoch=E] [pchannels=N] [open-timeout=D]   (input: loaded records,
+//	takeover [epoch=E] [pchannels=N] [open-timeout=D] [node-ttl=D]   (input: loaded records,
 //	        "pchan-0 ASSIGNED node=n1 term=1 session=s1 version=1", and
 //	        "collection <id> <vchannel>...")
 //	heartbeat node=N session=S [version=V] [serving=(pchan-0:1,...)] [replayed]
@@ -43,16 +44,22 @@ import (
 //	state                the records, opens, retries and nodes
 //	view                 the view as last published
 func TestScripts(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
-		h := &harness{now: t0}
-		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
-			out := h.run(t, d)
-			if err := h.m.checkInvariants(); err != nil {
-				t.Fatalf("%s: invariants: %v\n%s", d.Pos, err, out)
-			}
-			return out
+	paths, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no scripts (%v)", err)
+	}
+	for _, path := range paths {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			h := &harness{now: t0}
+			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+				out := h.run(t, d)
+				if err := h.m.checkInvariants(); err != nil {
+					t.Fatalf("%s: invariants: %v\n%s", d.Pos, err, out)
+				}
+				return out
+			})
 		})
-	})
+	}
 }
 
 // t0 is the scripts' origin of time.
@@ -149,6 +156,9 @@ func (h *harness) takeover(t *testing.T, d *datadriven.TestData) {
 	d.MaybeScanArgs(t, "epoch", &cfg.Epoch)
 	if d.HasArg("open-timeout") {
 		cfg.OpenTimeout = h.duration(t, d, "open-timeout")
+	}
+	if d.HasArg("node-ttl") {
+		cfg.NodeTTL = h.duration(t, d, "node-ttl")
 	}
 	n := 4
 	d.MaybeScanArgs(t, "pchannels", &n)
