@@ -46,8 +46,9 @@ type Options struct {
 	// MaxInFlight bounds the atomic batches a writer has in flight.
 	MaxInFlight int
 	// MaxInFlightMsgs bounds the messages a writer has in flight. With
-	// Replicas > 1 a writer keeps one unit in flight: the server refuses a
-	// second pending expectation on the barrier subject.
+	// Replicas > 1 a writer keeps one fenced unit in flight (see the
+	// package doc): the server refuses a second pending expectation on the
+	// barrier subject.
 	MaxInFlightMsgs int
 	// GroupCommit gathers every waiting append into the next unit (one
 	// atomic batch of up to MaxBatch messages) and keeps at most
@@ -58,8 +59,8 @@ type Options struct {
 	// atomic batch (a multi-message append). That is faster when the server
 	// does not fsync each write, because an R1 atomic batch has a fixed
 	// staging cost on file storage. With Replicas > 1 it is always on: a
-	// writer of a replicated stream keeps one unit in flight, so each unit
-	// must carry everything that waits.
+	// writer of a replicated stream keeps one fenced unit in flight, so
+	// each must carry everything that waits.
 	GroupCommit bool
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
@@ -87,8 +88,9 @@ func (o Options) withDefaults(codec *messages.Codec) Options {
 		o.Replicas = 1
 	}
 	if o.Replicas > 1 {
-		// One unit is in flight on a replicated stream (see room): only
-		// gathering what waits into it keeps the throughput up.
+		// One fenced unit is in flight on a replicated stream (see
+		// replicatedRoom): only gathering what waits into it keeps the
+		// throughput up.
 		o.GroupCommit = true
 	}
 	if o.DuplicateWindow == 0 {

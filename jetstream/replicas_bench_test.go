@@ -14,7 +14,8 @@ import (
 )
 
 // BenchmarkAppendReplicas measures one writer on a three-server cluster
-// at 3 replicas (one unit in flight, gathering every waiting append),
+// at 3 replicas (one fenced unit in flight, gathering every waiting
+// append, and lone appends behind it),
 // beside raw asynchronous publishes to an R3 stream on the same cluster,
 // with the same publishes in flight, in rotating rounds of the same run:
 // 1 KiB messages from 64 goroutines, each with up to window appends in

@@ -28,7 +28,11 @@ type batch struct {
 	deadline time.Time
 	// quiet: sent without a reply subject; the ack of the unit after it
 	// answers for it.
-	quiet  bool
+	quiet bool
+	// fenced: the unit's first message expects our barrier to be the
+	// newest (see fenced); a replicated stream allows one such
+	// expectation in flight.
+	fenced bool
 	failed error // set once the server refused it or it timed out
 	dup    bool  // refused because a message ID was already stored
 	// permanent is set when the server refused the unit for a reason a
@@ -75,10 +79,11 @@ type sequencer struct {
 	closedConn chan nats.Status
 	queue      []*AppendFuture // taken, not yet sent, in order
 	inflight   []*batch
-	// inflightMsgs and inflightBatches count what inflight holds.
-	inflightMsgs, inflightBatches int
-	tail                          uint64 // the last sequence once every in-flight batch landed
-	acked                         uint64 // every message up to here is resolved
+	// inflightMsgs, inflightBatches and inflightFenced count what
+	// inflight holds.
+	inflightMsgs, inflightBatches, inflightFenced int
+	tail                                          uint64 // the last sequence once every in-flight batch landed
+	acked                                         uint64 // every message up to here is resolved
 	// ackedID is the message ID at acked; lastID the ID of the last
 	// message sent, which the next plain publish expects to follow.
 	ackedID, lastID string
@@ -174,14 +179,13 @@ func (s *sequencer) send() {
 	}
 }
 
-// room reports whether another unit of n messages may go out. With group
-// commit, at most MaxInFlight units of any kind are in flight, so that the
-// appends arriving meanwhile gather into the next unit, or two when a full
-// batch waits (it could gather nothing more). Without it, atomic
-// batches are bounded by MaxInFlight and messages by MaxInFlightMsgs. With
-// Replicas > 1 one unit is in flight: the server refuses a second pending
-// expectation on the barrier subject.
-func (s *sequencer) room(n int) bool {
+// room reports whether the next unit may go out. With group commit, at
+// most MaxInFlight units of any kind are in flight, so that the appends
+// arriving meanwhile gather into the next unit, or two when a full batch
+// waits (it could gather nothing more). Without it, atomic batches are
+// bounded by MaxInFlight and messages by MaxInFlightMsgs. A replicated
+// stream is different, see replicatedRoom.
+func (s *sequencer) room() bool {
 	o := s.w.b.opts
 	if len(s.inflight) == 0 {
 		return true
@@ -193,12 +197,55 @@ func (s *sequencer) room(n int) bool {
 		return false
 	}
 	if o.Replicas > 1 {
-		return false
+		return s.replicatedRoom()
 	}
 	if o.GroupCommit {
 		return len(s.inflight) < o.MaxInFlight || len(s.inflight) < 2 && s.queuedAtLeast(o.MaxBatch)
 	}
+	n := len(s.queue[0].msgs)
 	return s.inflightMsgs+n <= o.MaxInFlightMsgs && (n == 1 || s.inflightBatches < o.MaxInFlight)
+}
+
+// replicatedRoom is room on a replicated stream, where the server refuses
+// a second pending expectation on the barrier subject: a fenced unit goes
+// out only when no other is in flight, and gathers (with group commit)
+// what waited meanwhile; a plain publish of this writer's chain, which
+// needs no fence, goes out at once behind it, so that appends that trickle
+// in do not wait a whole unit's round trip.
+func (s *sequencer) replicatedRoom() bool {
+	_, n := s.unitSize()
+	if s.fenced(n, s.lastID) {
+		return s.inflightFenced == 0
+	}
+	return s.inflightMsgs+n <= s.w.b.opts.MaxInFlightMsgs
+}
+
+// fenced reports whether a unit of n messages that follows message ID
+// after must expect our barrier to be the stream's newest. A plain
+// publish of this writer's chain need not: it expects the message ID
+// before it, which only this writer stores, so it cannot land after a
+// newer owner's barrier. An atomic batch cannot expect a message ID, and
+// a caller's message ID may be stored again by a newer owner.
+func (s *sequencer) fenced(n int, after string) bool {
+	return n > 1 || !strings.HasPrefix(after, s.w.idPrefix)
+}
+
+// unitSize is how many queued requests the next unit takes and how many
+// messages they hold: with group commit every queued request up to
+// MaxBatch messages, otherwise one; a solo request (retried after a
+// duplicate refusal) always goes alone.
+func (s *sequencer) unitSize() (reqs, n int) {
+	o := s.w.b.opts
+	for i, f := range s.queue {
+		if i > 0 && (!o.GroupCommit || f.solo || n+len(f.msgs) > o.MaxBatch) {
+			break
+		}
+		reqs, n = i+1, n+len(f.msgs)
+		if f.solo {
+			break
+		}
+	}
+	return reqs, n
 }
 
 // queuedAtLeast reports whether the queue holds at least n messages.
@@ -211,29 +258,18 @@ func (s *sequencer) queuedAtLeast(n int) bool {
 	return false
 }
 
-// nextUnit takes the next unit off the queue and reserves its place in the
-// pipeline, or returns nil if the pipeline is full. With group commit, a
-// unit gathers every queued request up to MaxBatch messages; otherwise each
-// request is its own unit. A solo request (retried after a duplicate
-// refusal) always goes alone.
+// nextUnit takes the next unit (see unitSize) off the queue and reserves
+// its place in the pipeline, or returns nil if the pipeline is full.
 func (s *sequencer) nextUnit() *batch {
-	if !s.room(len(s.queue[0].msgs)) {
+	if !s.room() {
 		return nil
 	}
-	b := &batch{num: s.nextNum, expect: s.tail, after: s.lastID}
-	b.reqs = b.oneReq[:0]
+	k, n := s.unitSize()
+	b := &batch{num: s.nextNum, expect: s.tail, after: s.lastID, n: n}
+	b.reqs = append(b.oneReq[:0], s.queue[:k]...)
+	s.queue = s.queue[k:]
 	s.nextNum++
-	for len(s.queue) > 0 {
-		f := s.queue[0]
-		if len(b.reqs) > 0 && (!s.w.b.opts.GroupCommit || f.solo || b.n+len(f.msgs) > s.w.b.opts.MaxBatch) {
-			break
-		}
-		b.reqs, b.n = append(b.reqs, f), b.n+len(f.msgs)
-		s.queue = s.queue[1:]
-		if f.solo {
-			break
-		}
-	}
+	b.fenced = s.fenced(b.n, b.after)
 	s.tail += uint64(b.n)
 	s.lastID = b.lastMsgID()
 	s.push(b)
@@ -256,7 +292,7 @@ func (s *sequencer) quiet(b *batch) bool {
 		return false
 	}
 	next := s.queue[0]
-	return fresh(next) && len(next.msgs) == 1 && strings.HasPrefix(next.ids[0], s.w.idPrefix) && s.room(1)
+	return fresh(next) && len(next.msgs) == 1 && strings.HasPrefix(next.ids[0], s.w.idPrefix) && s.room()
 }
 
 // fresh reports whether a request goes out for the first time, whole.
@@ -344,19 +380,12 @@ func (s *sequencer) prepare(m *nats.Msg, b *batch, id string, i int) {
 	}
 	if i == 0 {
 		m.Header.Set(njs.ExpectedLastSeqHeader, strconv.FormatUint(b.expect, 10))
-		if b.atomic() {
-			// Batches cannot expect a message ID: they are fenced by the
-			// barrier subject's last sequence instead.
+		if !b.atomic() {
+			m.Header.Set(njs.ExpectedLastMsgIDHeader, b.after) // batches cannot
+		}
+		if b.fenced {
 			m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
 			m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
-		} else {
-			m.Header.Set(njs.ExpectedLastMsgIDHeader, b.after)
-			if !strings.HasPrefix(b.after, s.w.idPrefix) {
-				// A caller's message ID may be stored again by a newer
-				// owner, so it does not fence: expect our barrier too.
-				m.Header.Set(njs.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.fence, 10))
-				m.Header.Set(njs.ExpectedLastSubjSeqSubjHeader, s.w.fenceSubj)
-			}
 		}
 	}
 	if i == b.n-1 {
@@ -534,6 +563,9 @@ func (s *sequencer) push(b *batch) {
 	if b.atomic() {
 		s.inflightBatches++
 	}
+	if b.fenced {
+		s.inflightFenced++
+	}
 }
 
 // remove drops the in-flight units [from, to). Removing a prefix reslices,
@@ -543,6 +575,9 @@ func (s *sequencer) remove(from, to int) {
 		s.inflightMsgs -= b.n
 		if b.atomic() {
 			s.inflightBatches--
+		}
+		if b.fenced {
+			s.inflightFenced--
 		}
 	}
 	if from == 0 {
@@ -554,7 +589,7 @@ func (s *sequencer) remove(from, to int) {
 
 // clearInflight empties the in-flight list.
 func (s *sequencer) clearInflight() {
-	s.inflight, s.inflightMsgs, s.inflightBatches = nil, 0, 0
+	s.inflight, s.inflightMsgs, s.inflightBatches, s.inflightFenced = nil, 0, 0, 0
 }
 
 // complete resolves a landed batch whose first message is at first.

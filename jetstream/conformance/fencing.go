@@ -46,9 +46,12 @@ func seed(t *testing.T) uint64 {
 
 // attempt is the outcome of one Append.
 type attempt struct {
-	msgIDs []string
-	ids    []messages.MessageID
-	err    error
+	// names are the payloads of the append's messages, unique in the
+	// test, and their message IDs, unless the append left them to the
+	// writer (writerIDs).
+	names []string
+	ids   []messages.MessageID
+	err   error
 }
 
 // fenceStats counts what the fencing test saw.
@@ -151,11 +154,19 @@ func (f *fencer) round(ctx context.Context, r int, a jetstream.Writer, ba, bb je
 				if grng.IntN(10) == 0 {
 					n = 5 + grng.IntN(40)
 				}
-				at := attempt{msgIDs: make([]string, n)}
+				at := attempt{names: make([]string, n)}
 				msgs := make([]*messages.MutableMessage, n)
+				// Half the single messages leave their ID to the writer,
+				// which then chains them by ID instead of fencing them
+				// by the barrier (see the sequencer's fenced).
+				writerIDs := n == 1 && grng.IntN(2) == 0
 				for k := range n {
-					at.msgIDs[k] = fmt.Sprintf("f%d-t%d-g%d-%d-%d", r, term, g, i, k)
-					m, err := f.e.newInsert(f.v, at.msgIDs[k], at.msgIDs[k])
+					at.names[k] = fmt.Sprintf("f%d-t%d-g%d-%d-%d", r, term, g, i, k)
+					msgID := at.names[k]
+					if writerIDs {
+						msgID = ""
+					}
+					m, err := f.e.newInsert(f.v, at.names[k], msgID)
 					if err != nil {
 						t.Errorf("build: %v", err)
 						return
@@ -206,7 +217,7 @@ func (f *fencer) round(ctx context.Context, r int, a jetstream.Writer, ba, bb je
 		msgs := make([]*messages.MutableMessage, n)
 		for k := range n {
 			id := fmt.Sprintf("f%d-t%d-B-%d-%d", r, term+1, i, k)
-			msgs[k], at.msgIDs = f.e.insert(t, f.v, id, id), append(at.msgIDs, id)
+			msgs[k], at.names = f.e.insert(t, f.v, id, id), append(at.names, id)
 		}
 		at.ids, at.err = bw.Append(ctx, msgs...)
 		if at.err == nil {
@@ -264,13 +275,13 @@ func (f *fencer) round(ctx context.Context, r int, a jetstream.Writer, ba, bb je
 func (f *fencer) check(r int, a, b jetstream.Writer, aAtt, bAtt []attempt, msgs []*messages.ImmutableMessage) {
 	term := a.Term()
 	byID := map[messages.MessageID]*messages.ImmutableMessage{}
-	byMsgID := map[string][]messages.MessageID{}
+	byName := map[string][]messages.MessageID{}
 	for i, m := range msgs {
 		if i > 0 && m.ID() <= msgs[i-1].ID() {
 			f.violation(r, "MessageID %d delivered after %d", m.ID(), msgs[i-1].ID())
 		}
 		byID[m.ID()] = m
-		byMsgID[m.MsgID()] = append(byMsgID[m.MsgID()], m.ID())
+		byName[name(m)] = append(byName[name(m)], m.ID())
 	}
 	if len(msgs) == 0 || msgs[0].ID() != a.Barrier().ID() {
 		f.violation(r, "the read from the barrier of term %d (%d) starts at %d", term, a.Barrier().ID(), lastID(msgs[:min(1, len(msgs))]))
@@ -298,8 +309,8 @@ func (f *fencer) check(r int, a, b jetstream.Writer, aAtt, bAtt []attempt, msgs 
 		case m.ID() < newBarrier && m.Term() != term:
 			f.violation(r, "message %d (%s) of term %d before the barrier of term %d", m.ID(), m.MsgID(), m.Term(), term+1)
 		}
-		if ids := byMsgID[m.MsgID()]; len(ids) > 1 && ids[0] == m.ID() {
-			f.violation(r, "message ID %q stored %d times: %v", m.MsgID(), len(ids), ids)
+		if ids := byName[name(m)]; len(ids) > 1 && ids[0] == m.ID() && m.Type() != messages.TypeRecoveryBarrier {
+			f.violation(r, "message %q stored %d times: %v", name(m), len(ids), ids)
 		}
 	}
 	if barriers != 2 {
@@ -316,31 +327,31 @@ func (f *fencer) check(r int, a, b jetstream.Writer, aAtt, bAtt []attempt, msgs 
 			switch {
 			case m == nil:
 				f.violation(r, "%s append acknowledged at %d is not in the stream", who, id)
-			case m.MsgID() != at.msgIDs[k]:
-				f.violation(r, "%s append of %q acknowledged at %d, which holds %q", who, at.msgIDs[k], id, m.MsgID())
+			case name(m) != at.names[k]:
+				f.violation(r, "%s append of %q acknowledged at %d, which holds %q", who, at.names[k], id, name(m))
 			}
 		}
 	}
 	for _, at := range f.prev {
 		acked("term "+strconv.FormatUint(term, 10)+" (as the new writer)", at)
-		for _, id := range at.msgIDs {
+		for _, id := range at.names {
 			known[id] = true
 		}
 	}
 	for _, at := range bAtt {
 		f.stats.bAcked++
 		acked("term "+strconv.FormatUint(term+1, 10), at)
-		for _, id := range at.msgIDs {
+		for _, id := range at.names {
 			known[id] = true
 		}
 	}
 	for _, at := range aAtt {
-		for _, id := range at.msgIDs {
+		for _, id := range at.names {
 			known[id] = true
 		}
 		landed := 0
-		for _, id := range at.msgIDs {
-			landed += len(byMsgID[id])
+		for _, id := range at.names {
+			landed += len(byName[id])
 		}
 		// By the first code in the chain: an unknown outcome may wrap the
 		// fencing that stopped the writer, and still may have landed.
@@ -351,15 +362,15 @@ func (f *fencer) check(r int, a, b jetstream.Writer, aAtt, bAtt []attempt, msgs 
 		case streamwal.CodeFenced:
 			f.stats.aFenced++
 			if landed > 0 {
-				f.violation(r, "an append refused with %q landed: %q at %v", at.err, at.msgIDs[0], byMsgID[at.msgIDs[0]])
+				f.violation(r, "an append refused with %q landed: %q at %v", at.err, at.names[0], byName[at.names[0]])
 			}
 		case streamwal.CodeUnknownOutcome:
 			f.stats.aUnknown++
 			if landed > 0 {
 				f.stats.aUnknownLanded++
 			}
-			if landed != 0 && landed != len(at.msgIDs) {
-				f.violation(r, "only %d of the %d messages of an append landed (%q...)", landed, len(at.msgIDs), at.msgIDs[0])
+			if landed != 0 && landed != len(at.names) {
+				f.violation(r, "only %d of the %d messages of an append landed (%q...)", landed, len(at.names), at.names[0])
 			}
 		default:
 			f.violation(r, "append of the term %d writer failed with %q (code %s), want success, ErrFenced or ErrUnknownOutcome",
@@ -367,8 +378,11 @@ func (f *fencer) check(r int, a, b jetstream.Writer, aAtt, bAtt []attempt, msgs 
 		}
 	}
 	for _, m := range msgs {
-		if m.Type() != messages.TypeRecoveryBarrier && !known[m.MsgID()] {
-			f.violation(r, "message %d (%q) was never appended", m.ID(), m.MsgID())
+		if m.Type() != messages.TypeRecoveryBarrier && !known[name(m)] {
+			f.violation(r, "message %d (%q) was never appended", m.ID(), name(m))
 		}
 	}
 }
+
+// name is what identifies a message of the test: its payload.
+func name(m *messages.ImmutableMessage) string { return string(m.Payload()) }
