@@ -27,11 +27,12 @@ import (
 // servers' default sync, as a NATS cluster runs: an append is acknowledged
 // once a quorum stored it), beside raw JetStream on the same cluster at 3
 // replicas in the same run: 1 KiB messages from 64 goroutines, each with
-// up to window appends in flight, through a remote node, against raw
-// asynchronous publishes with the same appends in flight spread over 16
-// R3 streams configured as PChannels (one per PChannel, every message
-// what the client stores for an insert). The two paths alternate over
-// three rounds; it reports both rates and remote/raw:
+// up to window appends in flight, through a remote node and through the
+// local bypass, against raw asynchronous publishes with the same appends
+// in flight spread over 16 R3 streams configured as PChannels (one per
+// PChannel, every message what the client stores for an insert). The
+// three paths alternate over three rounds; it reports the rates,
+// remote/raw and local/raw:
 //
 //	go test -run '^$' -bench BenchmarkClientReplicas -benchtime 60000x ./integration/
 func BenchmarkClientReplicas(b *testing.B) {
@@ -56,11 +57,13 @@ func benchReplicasRun(b *testing.B, window int) {
 		b.Fatal(err)
 	}
 	remote := benchClient(b, s, client.WithoutLocalBypass())
+	local := benchClient(b, s)
 	vs := benchCollections(b, remote, 16)
 	raw := newRawStreams(b, s.Conn(), remote.Codec(), vs)
 	paths := []func(n int) time.Duration{
 		func(n int) time.Duration { return raw.publish(window, n) },
 		func(n int) time.Duration { return benchClientAppend(b, remote, vs, window, n) },
+		func(n int) time.Duration { return benchClientAppend(b, local, vs, window, n) },
 	}
 	const rounds = 3
 	per := max(b.N/rounds, 1000)
@@ -68,10 +71,12 @@ func benchReplicasRun(b *testing.B, window int) {
 	took := rotateRounds(paths, rounds, per)
 	b.StopTimer()
 	rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
-	rRaw, rRemote := rate(took[0]), rate(took[1])
+	rRaw, rRemote, rLocal := rate(took[0]), rate(took[1]), rate(took[2])
 	b.ReportMetric(rRemote, "remote-msgs/s")
+	b.ReportMetric(rLocal, "local-msgs/s")
 	b.ReportMetric(rRaw, "raw-async-msgs/s")
 	b.ReportMetric(rRemote/rRaw, "remote/raw-async")
+	b.ReportMetric(rLocal/rRaw, "local/raw-async")
 	b.ReportMetric(0, "ns/op")
 }
 
