@@ -118,8 +118,9 @@ func (s Spec) coordinator() rules {
 
 // node: its WAL streams (created, written through `wal.<c>.>`, read,
 // truncated), the object store of archived ranges and flushed segments,
-// its checkpoints and its registration, the time oracle, live ticks, and
-// the requests it answers (appends, open, close, status). It may also ask
+// its checkpoints and its registration, the time oracle, live ticks, the
+// requests it answers (appends, open, close, status), and reads of the
+// coordinator's lease and assignment view (its readiness). It may also ask
 // the servers for their JetStream settings (`streamwal node
 // --group-commit auto`; only users of the system account get an answer).
 func (s Spec) node() rules {
@@ -141,6 +142,10 @@ func (s Spec) node() rules {
 	pub = append(pub, read(streamwal.KVStreamName(nodes))...)
 	// Durable subscription positions hold the log: truncation reads them.
 	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketSubscriptions)))...)
+	// Readiness follows the coordinator's lease and assignment view.
+	for _, b := range []streamwal.Bucket{streamwal.BucketLeader, streamwal.BucketAssignments} {
+		pub = append(pub, read(streamwal.KVStreamName(c.BucketName(b)))...)
+	}
 	pub = append(pub, streamwal.KVWildcard(nodes))
 	sub := []string{c.AppendWildcard(), streamwal.InboxWildcard, c.LiveWildcard()}
 	for _, op := range []streamwal.NodeOp{streamwal.NodeOpen, streamwal.NodeClose, streamwal.NodeStatus} {

@@ -259,6 +259,12 @@ func workload(t *testing.T, s *secured) {
 	require.Len(t, subs, 1)
 	require.Equal(t, d.Message.ID(), subs[0].Positions[0].ID)
 
+	// Each node reads the coordinator's lease and view, for its
+	// readiness.
+	for _, n := range s.sys.Nodes() {
+		require.Eventually(t, func() bool { return n.Ready() == nil }, 30*time.Second, 20*time.Millisecond, "node %s ready", n.ID())
+	}
+
 	// Read from the start: below the truncation point, through the
 	// archive. The nodes stop first, so that no truncation runs during
 	// the read (a read of the archive that races with truncation is not

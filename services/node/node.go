@@ -257,9 +257,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.noteBeat(nil)
-	n.loops.Add(2)
+	n.loops.Add(3)
 	go n.heartbeats()
 	go n.watchHolds()
+	go n.watchCoordinator()
 	return n, nil
 }
 

@@ -2,10 +2,7 @@ package node
 
 import (
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/streamwal/streamwal"
@@ -14,83 +11,6 @@ import (
 	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/telemetry"
 )
-
-// readiness is what a node knows of its assignments, from the requests
-// it answered: the term the coordinator last asked it to open each
-// PChannel under, until it closed it or a newer owner fenced it.
-type readiness struct {
-	mu       sync.Mutex
-	wanted   map[streamwal.PChannel]uint64
-	lastBeat time.Time // of the last heartbeat written
-	beatErr  error     // of the last heartbeat that failed
-}
-
-// want records that the coordinator asked for p under term.
-func (r *readiness) want(p streamwal.PChannel, term uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.wanted == nil {
-		r.wanted = map[streamwal.PChannel]uint64{}
-	}
-	if term >= r.wanted[p] {
-		r.wanted[p] = term
-	}
-}
-
-// unwant records that p is no longer assigned here at or below term (0:
-// any term).
-func (r *readiness) unwant(p streamwal.PChannel, term uint64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if t, ok := r.wanted[p]; ok && (term == 0 || t <= term) {
-		delete(r.wanted, p)
-	}
-}
-
-// beat records a heartbeat's outcome.
-func (r *readiness) beat(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.beatErr = err
-	if err == nil {
-		r.lastBeat = time.Now()
-	}
-}
-
-// ErrNotReady is wrapped by Ready's errors.
-var ErrNotReady = errors.New("not ready")
-
-// Ready reports whether the node serves: its last heartbeat was written
-// within four heartbeat periods, and it serves every PChannel the
-// coordinator asked it to open, under the term asked for, unless the
-// coordinator closed it since or a newer owner fenced it. A PChannel
-// whose open failed, or whose WAL failed, keeps the node unready until
-// the coordinator reopens or moves it. A node told of no PChannel yet
-// (a spare, or one just started) is ready once it heartbeats.
-func (n *Node) Ready() error {
-	n.ready.mu.Lock()
-	last, beatErr := n.ready.lastBeat, n.ready.beatErr
-	wanted := make(map[streamwal.PChannel]uint64, len(n.ready.wanted))
-	for p, t := range n.ready.wanted {
-		wanted[p] = t
-	}
-	n.ready.mu.Unlock()
-	if age := time.Since(last); age > 4*n.cfg.Heartbeat {
-		return fmt.Errorf("%w: node %s has not written a heartbeat for %s (last error: %v)", ErrNotReady, n.cfg.ID, age.Round(time.Millisecond), beatErr)
-	}
-	var missing []string
-	for p, term := range wanted {
-		w, ok := n.WAL(p)
-		if !ok || w.Term() != term || w.Err() != nil {
-			missing = append(missing, fmt.Sprintf("%s (term %d)", p, term))
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return fmt.Errorf("%w: node %s does not yet serve %s, assigned to it", ErrNotReady, n.cfg.ID, strings.Join(missing, ", "))
-	}
-	return nil
-}
 
 // noteOpen reports an open of p under term: w when it serves, err when
 // it failed after start.

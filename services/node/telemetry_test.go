@@ -68,7 +68,8 @@ func TestNodeHooksAndReadiness(t *testing.T) {
 	_, err = sys.WaitServing(ctx, false)
 	require.NoError(t, err)
 	n := sys.Nodes()[0]
-	require.NoError(t, n.Ready())
+	require.Eventually(t, func() bool { return n.Ready() == nil }, 30*time.Second, 10*time.Millisecond,
+		"ready once it heard the coordinator's view of what it serves")
 
 	c, err := client.Connect(sys.Server.ClientURL(), client.WithCluster("hooks"), client.WithoutLocalBypass(), client.WithHooks(rec))
 	require.NoError(t, err)
