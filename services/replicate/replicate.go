@@ -47,12 +47,23 @@
 // the topology names as its source (URL and PChannel names from the
 // topology), and stops and starts again at every change of it.
 //
-// # Checkpoint record
+// # Checkpoint record and lag
 //
 // Every Config.CheckpointInterval, while anything changed, the
 // replicator publishes a wire.ReplicateCheckpoint under
 // streamwal.ReplicateCheckpointKey in the local replication bucket:
-// source, position, count and the error that holds it up, if any.
+// source, position, count, the error that holds it up (if any), and
+// Through, the source TimeTick through which the secondary holds
+// everything. Through advances with every message acknowledged and, when
+// the reader has waited 100 ms for the next message, to the source's
+// watermark (which the source's live ticks move while it is idle): so an
+// idle, caught-up secondary stays current. The lag is computed from the
+// record when it is read (wire.ReplicateCheckpoint.Lag: now minus
+// Through), so it grows while replication is stuck, the source is
+// unreachable or no replicator runs at all; a replicator that starts
+// reads the record back first, so that a restart carries the lag on
+// instead of resetting it (and starts from the record's position when
+// it is past the WAL's: skipped messages included).
 package replicate
 
 import (

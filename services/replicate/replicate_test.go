@@ -299,3 +299,94 @@ func TestSecondaryCopiesPrimary(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, streamwal.Cluster("prim"), p)
 }
+
+// channels reads sec's replication status until every PChannel's record
+// satisfies ok, and returns them; it fails after 30 s with the last.
+func channels(t *testing.T, ctx context.Context, sec *cluster, what string, ok func(client.ReplicationChannel) bool) []client.ReplicationChannel {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := sec.c.ReplicationStatus(ctx)
+		require.NoError(t, err)
+		require.Equal(t, messages.RoleSecondary, st.Role)
+		require.Len(t, st.Channels, pchannels)
+		all := true
+		for _, ch := range st.Channels {
+			all = all && ok(ch)
+		}
+		if all {
+			return st.Channels
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: %+v", what, st.Channels)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLagTellsTheTruth: the lag of an idle, caught-up secondary stays
+// small while its records keep being written; it grows while the
+// primary is unreachable, also across a restart of the secondary's node
+// (which carries it on instead of resetting it), and falls once the
+// primary is back.
+func TestLagTellsTheTruth(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prim, sec := startCluster(t, "prim"), startCluster(t, "sec")
+	topo := messages.Star(prim.member(ctx), sec.member(ctx))
+	_, err := prim.c.ConfigureReplication(ctx, topo)
+	require.NoError(t, err)
+	_, err = sec.c.ConfigureReplication(ctx, topo)
+	require.NoError(t, err)
+	w := newWorkload(t, ctx, prim.c, 1, 2)
+	w.write(t, ctx, "first", 2, 10)
+	waitCopy(t, ctx, prim, sec)
+
+	const small = 1500 * time.Millisecond
+	caughtUp := func(ch client.ReplicationChannel) bool { return ch.LagKnown && ch.Lag < small && ch.Error == "" }
+	seen := channels(t, ctx, sec, "a small lag", caughtUp)
+	for range 3 {
+		// Idle: the records are written again and again (the primary's
+		// live ticks move Through), and the lag stays small.
+		last := seen
+		seen = channels(t, ctx, sec, "newer records", func(ch client.ReplicationChannel) bool {
+			for _, prev := range last {
+				if prev.PChannel == ch.PChannel {
+					return ch.Updated.After(prev.Updated)
+				}
+			}
+			return false
+		})
+		for _, ch := range seen {
+			require.True(t, caughtUp(ch), "idle and caught up, %s lags %v", ch.PChannel, ch.Lag)
+		}
+	}
+
+	// The primary goes away: nothing moves Through any more, and the lag
+	// read from the records grows.
+	prim.sys.Server.Shutdown()
+	before := channels(t, ctx, sec, "a growing lag", func(ch client.ReplicationChannel) bool { return ch.Lag > 2*small })
+
+	// The secondary's node restarts meanwhile: its replicators start from
+	// the records, so the lag goes on growing instead of starting again.
+	restarted := time.Now()
+	for _, n := range sec.sys.Nodes() {
+		sec.sys.StopNode(n.ID(), true)
+	}
+	_, err = sec.sys.AddNode(ctx)
+	require.NoError(t, err)
+	after := channels(t, ctx, sec, "records of the new node", func(ch client.ReplicationChannel) bool {
+		return ch.Updated.After(restarted) && ch.Error != ""
+	})
+	for i, ch := range after {
+		require.True(t, ch.LagKnown, "%s: the lag was forgotten across the restart", ch.PChannel)
+		require.Equal(t, before[i].Through, ch.Through, "%s: Through changed across the restart", ch.PChannel)
+		require.Greater(t, ch.Lag, before[i].Lag)
+	}
+
+	// The primary comes back: replication resumes and the lag falls.
+	require.NoError(t, prim.sys.Server.Restart())
+	w.write(t, ctx, "back", 2, 10)
+	waitCopy(t, ctx, prim, sec)
+	channels(t, ctx, sec, "a small lag again", caughtUp)
+}

@@ -45,9 +45,13 @@ type replicator struct {
 	p    streamwal.PChannel
 	log  zerolog.Logger
 
-	mu    sync.Mutex
-	cp    wire.ReplicateCheckpoint // as published
-	dirty bool
+	mu     sync.Mutex
+	cp     wire.ReplicateCheckpoint // as published
+	dirty  bool
+	loaded bool // cp was read back from the bucket
+
+	kvMu sync.Mutex
+	kv   njs.KeyValue // the replication bucket, once opened
 }
 
 // loop runs attempts while the cluster is a secondary, waiting for a
@@ -186,6 +190,7 @@ func (s *source) close() {
 // attempt replicates from member until ctx ends or something fails;
 // progressed says whether anything was replicated.
 func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMember, landed *messages.ReplicateHeader) (progressed bool, err error) {
+	r.load(ctx)
 	src, err := r.connect(ctx, member)
 	if err != nil {
 		return false, err
@@ -196,7 +201,7 @@ func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMembe
 	if pos != nil && pos.LastConfirmed > 0 {
 		start, minTT = read.From(pos.LastConfirmed), pos.TimeTick+1
 	}
-	sc, err := read.Open(ctx, read.Options{Backend: src.be, Codec: src.codec, PChannel: src.p, Start: start, MinTimeTick: minTT})
+	sc, err := read.Open(ctx, read.Options{Backend: src.be, Codec: src.codec, Ticks: src.nc, PChannel: src.p, Start: start, MinTimeTick: minTT})
 	if err != nil {
 		return false, fmt.Errorf("read %s of %s: %w", src.p, member.Cluster, err)
 	}
@@ -209,7 +214,7 @@ func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMembe
 
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	in := make(chan *messages.ImmutableMessage, r.cfg.Batch)
+	in := make(chan delivery, r.cfg.Batch)
 	readErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -250,15 +255,41 @@ func (r *replicator) start(c streamwal.Cluster, p streamwal.PChannel, landed *po
 	return landed
 }
 
-// readAhead reads sc into in until ctx ends or a read fails.
-func readAhead(ctx context.Context, sc *read.Scanner, in chan<- *messages.ImmutableMessage) error {
+// delivery is what the reader hands on: a message of the source, or
+// (m nil) the source's watermark at a moment the reader had delivered
+// every message at or below it.
+type delivery struct {
+	m       *messages.ImmutableMessage
+	through messages.TimeTick
+}
+
+// idleRead is how long the reader waits for a message before it hands on
+// the source's watermark.
+const idleRead = 100 * time.Millisecond
+
+// readAhead reads sc into in until ctx ends or a read fails. When nothing
+// comes for idleRead, everything at or below the scanner's watermark has
+// been delivered: it hands the watermark on (when it moved), so that the
+// secondary is known to be through it once what came before landed.
+func readAhead(ctx context.Context, sc *read.Scanner, in chan<- delivery) error {
+	var last messages.TimeTick
 	for {
-		m, err := sc.Next(ctx)
-		if err != nil {
+		nctx, cancel := context.WithTimeout(ctx, idleRead)
+		m, err := sc.Next(nctx)
+		cancel()
+		d := delivery{m: m}
+		switch {
+		case err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+			w := sc.Watermark()
+			if w <= last {
+				continue
+			}
+			last, d = w, delivery{through: w}
+		case err != nil:
 			return err
 		}
 		select {
-		case in <- m:
+		case in <- d:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -266,8 +297,8 @@ func readAhead(ctx context.Context, sc *read.Scanner, in chan<- *messages.Immuta
 }
 
 // next waits for what was read and takes all of it, up to Batch.
-func (r *replicator) next(ctx context.Context, in <-chan *messages.ImmutableMessage, readErr <-chan error) ([]*messages.ImmutableMessage, error) {
-	var first *messages.ImmutableMessage
+func (r *replicator) next(ctx context.Context, in <-chan delivery, readErr <-chan error) ([]delivery, error) {
+	var first delivery
 	select {
 	case first = <-in:
 	case err := <-readErr:
@@ -275,7 +306,7 @@ func (r *replicator) next(ctx context.Context, in <-chan *messages.ImmutableMess
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	batch := []*messages.ImmutableMessage{first}
+	batch := []delivery{first}
 	for len(batch) < r.cfg.Batch {
 		select {
 		case m := <-in:
@@ -290,11 +321,14 @@ func (r *replicator) next(ctx context.Context, in <-chan *messages.ImmutableMess
 // appendBatch appends the replicas of batch and advances the checkpoint
 // over the contiguous prefix acknowledged (a replica the WAL already has
 // counts as acknowledged); it returns how many units it appended.
-func (r *replicator) appendBatch(ctx context.Context, src *source, batch []*messages.ImmutableMessage) (int, error) {
+func (r *replicator) appendBatch(ctx context.Context, src *source, batch []delivery) (int, error) {
 	units := make([][]*messages.MutableMessage, len(batch))
 	var todo [][]*messages.MutableMessage
-	for i, m := range batch {
-		u, err := r.replicas(src, m)
+	for i, d := range batch {
+		if d.m == nil {
+			continue
+		}
+		u, err := r.replicas(src, d.m)
 		if err != nil {
 			return 0, err
 		}
@@ -308,8 +342,12 @@ func (r *replicator) appendBatch(ctx context.Context, src *source, batch []*mess
 		_, errs = r.cfg.Target.AppendUnits(ctx, todo)
 	}
 	appended, j := 0, 0
-	for i, m := range batch {
-		landed := false
+	for i, d := range batch {
+		if d.m == nil {
+			r.through(d.through)
+			continue
+		}
+		m, landed := d.m, false
 		if units[i] != nil {
 			err := errs[j]
 			j++
@@ -358,6 +396,8 @@ func (r *replicator) advance(m *messages.ImmutableMessage, appended bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cp.MessageID, r.cp.TimeTick, r.cp.LastConfirmed = m.ID(), m.TimeTick(), m.LastConfirmed()
+	r.cp.Through = max(r.cp.Through, m.TimeTick())
+	r.cp.SourceTimeTick = max(r.cp.SourceTimeTick, m.TimeTick())
 	if appended {
 		r.cp.Replicated++
 	}
@@ -365,49 +405,103 @@ func (r *replicator) advance(m *messages.ImmutableMessage, appended bool) {
 	r.dirty = true
 }
 
+// through records that the secondary holds everything of the source up
+// to its watermark w.
+func (r *replicator) through(w messages.TimeTick) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w > r.cp.Through {
+		r.cp.Through, r.cp.SourceTimeTick, r.cp.Error, r.dirty = w, max(r.cp.SourceTimeTick, w), "", true
+	}
+}
+
+// bucket is the local replication bucket, opened on first use.
+func (r *replicator) bucket(ctx context.Context) (njs.KeyValue, error) {
+	r.kvMu.Lock()
+	defer r.kvMu.Unlock()
+	if r.kv != nil {
+		return r.kv, nil
+	}
+	js, err := njs.New(r.cfg.Local)
+	if err != nil {
+		return nil, err
+	}
+	name := r.self.BucketName(streamwal.BucketReplication)
+	if r.kv, err = js.KeyValue(ctx, name); err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", name, err)
+	}
+	return r.kv, nil
+}
+
+// load reads the checkpoint record an earlier replicator of the
+// PChannel published, once: its position and Through carry on (a lag
+// that starts again from zero at every restart would look healthy).
+func (r *replicator) load(ctx context.Context) {
+	r.mu.Lock()
+	loaded := r.loaded
+	r.mu.Unlock()
+	if loaded {
+		return
+	}
+	kv, err := r.bucket(ctx)
+	if err != nil {
+		r.log.Debug().Err(err).Msg("read the replicate checkpoint")
+		return
+	}
+	var rec wire.ReplicateCheckpoint
+	e, err := kv.Get(ctx, streamwal.ReplicateCheckpointKey(r.p))
+	switch {
+	case errors.Is(err, njs.ErrKeyNotFound):
+	case err != nil:
+		r.log.Debug().Err(err).Msg("read the replicate checkpoint")
+		return
+	case json.Unmarshal(e.Value(), &rec) != nil:
+		r.log.Warn().Str("key", e.Key()).Msg("replicate checkpoint record does not decode; starting from the wal's position")
+		rec = wire.ReplicateCheckpoint{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.loaded && r.cp.Source == "" {
+		rec.Error = ""
+		r.cp = rec
+	}
+	r.loaded = true
+}
+
 // publishLoop publishes the checkpoint record every CheckpointInterval
 // while it changes, and once more when ctx ends.
 func (r *replicator) publishLoop(ctx context.Context) {
 	t := time.NewTicker(r.cfg.CheckpointInterval)
 	defer t.Stop()
-	var kv njs.KeyValue
 	for {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			kv = r.publish(fctx, kv)
+			r.publish(fctx)
 			cancel()
 			return
 		case <-t.C:
-			kv = r.publish(ctx, kv)
+			r.publish(ctx)
 		}
 	}
 }
 
-// publish writes the checkpoint record if it changed; it returns the
-// bucket, opened on first use.
-func (r *replicator) publish(ctx context.Context, kv njs.KeyValue) njs.KeyValue {
+// publish writes the checkpoint record if it changed.
+func (r *replicator) publish(ctx context.Context) {
 	r.mu.Lock()
-	if !r.dirty {
+	if !r.dirty || !r.loaded {
 		r.mu.Unlock()
-		return kv
+		return
 	}
 	cp := r.cp
 	r.dirty = false
 	r.mu.Unlock()
 	cp.Updated = time.Now().UTC()
-	if kv == nil {
-		js, err := njs.New(r.cfg.Local)
-		if err == nil {
-			kv, err = js.KeyValue(ctx, r.self.BucketName(streamwal.BucketReplication))
-		}
-		if err != nil {
-			r.redirty()
-			r.log.Debug().Err(err).Msg("open the replication bucket")
-			return nil
-		}
+	kv, err := r.bucket(ctx)
+	var data []byte
+	if err == nil {
+		data, err = json.Marshal(cp)
 	}
-	data, err := json.Marshal(cp)
 	if err == nil {
 		_, err = kv.Put(ctx, streamwal.ReplicateCheckpointKey(r.p), data)
 	}
@@ -415,7 +509,6 @@ func (r *replicator) publish(ctx context.Context, kv njs.KeyValue) njs.KeyValue 
 		r.redirty()
 		r.log.Debug().Err(err).Msg("publish the replicate checkpoint")
 	}
-	return kv
 }
 
 // redirty marks the record as still to publish.
