@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"syscall"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -122,7 +123,8 @@ func TestServeMetricsAndReadiness(t *testing.T) {
 }
 
 // TestComponentReadiness: a node is not ready while no coordinator has
-// created its cluster, and both components are once it serves.
+// created its cluster, and both components are once it serves; once the
+// coordinator stops, the node is not ready again.
 func TestComponentReadiness(t *testing.T) {
 	srv := embedded.StartTest(t)
 	url := srv.ClientURL()
@@ -153,6 +155,12 @@ func TestComponentReadiness(t *testing.T) {
 	code, _, err = httpGet(nodeBase + "/debug/pprof/")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusNotFound, code, "no profiler without --pprof")
+
+	coord.stop(syscall.SIGTERM) // gives its lease up
+	waitHTTPStatus(t, nodeBase+"/readyz", http.StatusServiceUnavailable)
+	_, body, err = httpGet(nodeBase + "/readyz")
+	require.NoError(t, err)
+	require.Contains(t, body, "no coordinator holds the lease")
 }
 
 // TestMetricsAddrIsChecked: a malformed --metrics-addr, or --pprof
