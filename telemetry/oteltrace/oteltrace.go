@@ -106,14 +106,6 @@ func Inject(ctx context.Context, t *messages.Type, header map[string][]string) {
 	Propagator.Inject(ctx, headerCarrier(header))
 }
 
-// Context returns the W3C traceparent and tracestate of ctx's span
-// context ("" when it has none), for a request that carries them.
-func Context(ctx context.Context) (parent, state string) {
-	c := headerCarrier{}
-	Propagator.Inject(ctx, c)
-	return c.Get(messages.HdrTraceParent), c.Get(messages.HdrTraceState)
-}
-
 // Extract returns ctx with the remote span context a message's header
 // carries (ctx unchanged when it carries none).
 func Extract(ctx context.Context, h messages.Header) context.Context {
