@@ -29,7 +29,7 @@ func newRootCmd(out, errOut io.Writer) *cobra.Command {
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.AddCommand(newServeCmd(), newStatusCmd(), newCollectionCmd(), newAppendCmd(), newTailCmd(), newBenchCmd(),
-		newSegmentsCmd(), newPChannelCmd(), newCoordCmd(), newNodeCmd(), newAuthCmd(), newSubscriptionsCmd())
+		newSegmentsCmd(), newPChannelCmd(), newCoordCmd(), newNodeCmd(), newAuthCmd(), newSubscriptionsCmd(), newReplicateCmd())
 	return root
 }
 

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/client"
+	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/embedded/system"
+	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/coord"
+	"github.com/streamwal/streamwal/services/node"
+)
+
+// namedCluster starts cluster name of pchannels PChannels on a server of
+// its own and returns its URL.
+func namedCluster(t *testing.T, name streamwal.Cluster, pchannels int) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sys, err := system.Start(ctx, system.Options{Cluster: name, ServerOptions: embedded.Options{StoreDir: t.TempDir()},
+		Coord: coord.Config{PChannels: pchannels}, Node: node.Config{SyncInterval: testSyncInterval}})
+	require.NoError(t, err)
+	t.Cleanup(sys.Close)
+	_, err = sys.WaitServing(ctx, false)
+	require.NoError(t, err)
+	return sys.Server.ClientURL()
+}
+
+func TestReplicateConfigureAndStatus(t *testing.T) {
+	east, west, north := namedCluster(t, "east", 2), namedCluster(t, "west", 2), namedCluster(t, "north", 3)
+
+	_, err := runCmd(t, "", "replicate", "configure", "--primary", "east="+east, "--secondary", "north="+north, "--timeout", "20s")
+	require.ErrorIs(t, err, streamwal.ErrPChannelCountMismatch)
+	_, err = runCmd(t, "", "replicate", "configure", "--secondary", "west="+west)
+	require.ErrorContains(t, err, "--primary")
+	_, err = runCmd(t, "", "replicate", "configure", "--primary", "east")
+	require.ErrorContains(t, err, "NAME=URL")
+
+	out, err := runCmd(t, "", "replicate", "configure", "--primary", "east="+east, "--secondary", "west="+west, "--timeout", "20s")
+	require.NoError(t, err)
+	require.Regexp(t, `(?m)^east: primary, 2 pchannels \(broadcast \d+\)\nwest: secondary, 2 pchannels`, out)
+
+	// The secondary reports a replicator per PChannel, caught up with the
+	// (idle) primary.
+	deadline := time.Now().Add(20 * time.Second)
+	var st client.ReplicationStatus
+	for {
+		out, err = runCmd(t, "", "replicate", "status", "--server", west, "--cluster", "west", "--json")
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &st))
+		caughtUp := len(st.Channels) == 2
+		for _, ch := range st.Channels {
+			caughtUp = caughtUp && ch.LagKnown && ch.Lag < 2*time.Second && ch.Source == "east"
+		}
+		if caughtUp {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "replication status: %s", out)
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, messages.RoleSecondary, st.Role)
+	require.Equal(t, streamwal.Cluster("east"), st.Topology.Primary)
+
+	out, err = runCmd(t, "", "replicate", "status", "--server", west, "--cluster", "west")
+	require.NoError(t, err)
+	require.Contains(t, out, "role:        secondary")
+	require.Contains(t, out, "east/pchan-1")
+	out, err = runCmd(t, "", "replicate", "status", "--server", east, "--cluster", "east")
+	require.NoError(t, err)
+	require.Contains(t, out, "role:        primary")
+	require.False(t, strings.Contains(out, "PCHANNEL"), "a primary has no replicators: %s", out)
+	out, err = runCmd(t, "", "replicate", "status", "--server", north, "--cluster", "north")
+	require.NoError(t, err)
+	require.Contains(t, out, "not configured")
+}
