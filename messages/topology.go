@@ -28,6 +28,15 @@ func Star(primary ReplicateMember, secondaries ...ReplicateMember) Topology {
 	return t
 }
 
+// Clone is a deep copy of t.
+func (t Topology) Clone() Topology {
+	out := Topology{Primary: t.Primary, Members: slices.Clone(t.Members), Edges: slices.Clone(t.Edges)}
+	for i := range out.Members {
+		out.Members[i].PChannels = slices.Clone(out.Members[i].PChannels)
+	}
+	return out
+}
+
 // Validate checks that t is a star whose members all have the same
 // PChannel count (streamwal.ErrPChannelCountMismatch otherwise) and
 // well-formed names; every other refusal is streamwal.ErrInvalidArgument.

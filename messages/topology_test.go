@@ -107,3 +107,13 @@ func TestTopologyRoundTrip(t *testing.T) {
 	require.NoError(t, m.Body(&back))
 	require.Equal(t, topo, back)
 }
+
+func TestTopologyClone(t *testing.T) {
+	topo := messages.Star(member("a", 2), member("b", 2))
+	c := topo.Clone()
+	require.Equal(t, topo, c)
+	c.Members[1].PChannels[0] = "changed-0"
+	c.Edges[0].Target = "z"
+	require.Equal(t, "pchan-0", topo.Members[1].PChannels[0])
+	require.Equal(t, streamwal.Cluster("b"), topo.Edges[0].Target)
+}

@@ -213,12 +213,11 @@ func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMembe
 	ev.Msg("replicating")
 
 	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	in := make(chan delivery, r.cfg.Batch)
 	readErr := make(chan error, 1)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer cancel()
+	defer cancel() // before the wait: the reader ends with it
 	wg.Go(func() { readErr <- readAhead(rctx, sc, in) })
 	for {
 		batch, err := r.next(ctx, in, readErr)

@@ -57,7 +57,7 @@ func (r *replication) role(c streamwal.Cluster) (messages.ReplicateRole, message
 // clone is a deep copy.
 func (r replication) clone() replication {
 	if r.Topology != nil {
-		t := cloneTopology(*r.Topology)
+		t := r.Topology.Clone()
 		r.Topology = &t
 	}
 	if r.Source != nil {
@@ -65,16 +65,6 @@ func (r replication) clone() replication {
 		r.Source = &s
 	}
 	return r
-}
-
-// cloneTopology is a deep copy of t.
-func cloneTopology(t messages.Topology) messages.Topology {
-	var out messages.Topology
-	data, err := json.Marshal(t)
-	if err == nil && json.Unmarshal(data, &out) == nil {
-		return out
-	}
-	return t
 }
 
 // encode is the state as the recovery checkpoint keeps it (nil when
