@@ -50,9 +50,6 @@ type control struct {
 	// until the call that stepped them takes them.
 	lastCall uint64
 	replies  map[uint64]assign.Reply
-	// persistErr is the first persist failure of the effects carried
-	// out last (see carry).
-	persistErr error
 	// deposed: the machine was told that the tenure is deposed.
 	deposed bool
 	// stuckWarned is when stuck broadcasts were last warned of.
@@ -71,10 +68,8 @@ func newControl(ctx context.Context, t *tenure) (*control, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctl.persistErr = nil
-	ctl.carry(ctx, ctl.m.Step(time.Now(), ev))
-	if ctl.persistErr != nil {
-		return nil, ctl.persistErr
+	if err := ctl.carry(ctx, ctl.m.Step(time.Now(), ev)); err != nil {
+		return nil, err
 	}
 	for _, p := range ctl.m.PChannels() {
 		ctl.names = append(ctl.names, p.String())
@@ -162,9 +157,10 @@ func (ctl *control) run() {
 func (ctl *control) step(ev assign.Event) {
 	if !ctl.deposed && ctl.t.isDeposed() {
 		ctl.deposed = true
-		ctl.carry(ctl.t.ctx, ctl.m.Step(time.Now(), assign.Deposed{}))
+		_ = ctl.carry(ctl.t.ctx, ctl.m.Step(time.Now(), assign.Deposed{}))
 	}
-	ctl.carry(ctl.t.ctx, ctl.m.Step(time.Now(), ev))
+	// A failed persist is logged (answer) and left to the machine.
+	_ = ctl.carry(ctl.t.ctx, ctl.m.Step(time.Now(), ev))
 }
 
 // request steps a call's event and returns its reply.
@@ -190,16 +186,23 @@ func (ctl *control) call(ctx context.Context, f func()) error {
 }
 
 // carry carries out effects in order, each persist's answer (and what
-// follows from it) before the next effect.
-func (ctl *control) carry(ctx context.Context, effects []assign.Effect) {
+// follows from it) before the next effect, and returns the first persist
+// that failed.
+func (ctl *control) carry(ctx context.Context, effects []assign.Effect) error {
+	var first error
+	failed := func(err error) {
+		if first == nil {
+			first = err
+		}
+	}
 	for _, e := range effects {
 		switch e := e.(type) {
 		case assign.PersistAssignment:
-			ctl.answer(ctx, e.Rev, ctl.assign.put(ctx, streamwal.AssignmentKey(e.PChannel), e.Assignment))
+			failed(ctl.answer(ctx, e.Rev, ctl.assign.put(ctx, streamwal.AssignmentKey(e.PChannel), e.Assignment)))
 		case assign.PersistCollections:
-			ctl.answer(ctx, e.Rev, ctl.vchan.put(ctx, streamwal.KeyCollections, e.Collections))
+			failed(ctl.answer(ctx, e.Rev, ctl.vchan.put(ctx, streamwal.KeyCollections, e.Collections)))
 		case assign.PublishView:
-			ctl.answer(ctx, e.Rev, ctl.assign.put(ctx, streamwal.KeyView, e.View))
+			failed(ctl.answer(ctx, e.Rev, ctl.assign.put(ctx, streamwal.KeyView, e.View)))
 		case assign.Fence:
 			ctl.t.terms.set(e.PChannel.String(), e.Term)
 		case assign.Open:
@@ -216,17 +219,15 @@ func (ctl *control) carry(ctx context.Context, effects []assign.Effect) {
 			ctl.log(e)
 		}
 	}
+	return first
 }
 
 // answer steps the answer to persist rev, which ended with err, and
-// carries out its effects. A refused write deposes the tenure.
-func (ctl *control) answer(ctx context.Context, rev assign.Rev, err error) {
+// carries out its effects; it returns err, or the first persist of those
+// effects that failed. A refused write deposes the tenure.
+func (ctl *control) answer(ctx context.Context, rev assign.Rev, err error) error {
 	if err == nil {
-		ctl.carry(ctx, ctl.m.Step(time.Now(), assign.Persisted{Rev: rev}))
-		return
-	}
-	if ctl.persistErr == nil {
-		ctl.persistErr = err
+		return ctl.carry(ctx, ctl.m.Step(time.Now(), assign.Persisted{Rev: rev}))
 	}
 	deposed := errors.Is(err, errDeposed)
 	switch {
@@ -235,7 +236,8 @@ func (ctl *control) answer(ctx context.Context, rev assign.Rev, err error) {
 	case ctx.Err() == nil:
 		ctl.t.log.Error().Err(err).Msg("persist")
 	}
-	ctl.carry(ctx, ctl.m.Step(time.Now(), assign.PersistFailed{Rev: rev, Err: err, Deposed: deposed}))
+	_ = ctl.carry(ctx, ctl.m.Step(time.Now(), assign.PersistFailed{Rev: rev, Err: err, Deposed: deposed}))
+	return err
 }
 
 // open starts an assignment's open (after the close on the previous
