@@ -80,7 +80,8 @@ type Request struct {
 	TraceParent, TraceState string
 }
 
-// Broadcaster runs broadcast tasks for one active coordinator term.
+// Broadcaster runs broadcast tasks for one tenure of an active coordinator
+// (one lease epoch).
 type Broadcaster struct {
 	cfg    Config
 	log    zerolog.Logger
