@@ -39,8 +39,9 @@ func (m *Machine) takeover(ev Takeover) {
 	}
 	alloc.Epoch = m.cfg.Epoch
 	m.proposeCollections(alloc, 0, nil)
-	m.seedMembers()
-	m.dirty = true
+	// The owners are seeded once the records are rewritten (Step), so
+	// that the time the writes took does not count against them.
+	m.seeding, m.dirty = true, true
 }
 
 // seedMembers counts the owners of the ASSIGNED records alive, in the

@@ -134,7 +134,10 @@ type Machine struct {
 	rebalance bool
 	deposed   bool
 	// dirty: something the view shows changed since it was published.
-	dirty   bool
+	dirty bool
+	// seeding: the takeover's owners are to be seeded once its records
+	// are rewritten.
+	seeding bool
 	lastRev Rev
 	pending map[Rev]*proposal
 	now     time.Time
@@ -208,6 +211,10 @@ func (m *Machine) Step(now time.Time, ev Event) []Effect {
 		m.mustBeAnswered(ev)
 		m.handle(ev)
 		m.schedule()
+	}
+	if m.seeding && len(m.pending) == 0 {
+		m.seeding = false
+		m.seedMembers()
 	}
 	if m.dirty && len(m.pending) == 0 {
 		m.publish()
