@@ -234,6 +234,12 @@ func (c *Client) deliver(p streamwal.PChannel, batch []*entry, timeout time.Dura
 		msgs := make([]*messages.MutableMessage, len(batch))
 		for i, e := range batch {
 			msgs[i] = e.m.Clone()
+			if parent := e.wm.Header.Get(messages.HdrTraceParent); parent != "" {
+				// What the hooks injected, as a request carries it.
+				if err := msgs[i].SetTrace(parent, e.wm.Header.Get(messages.HdrTraceState)); err != nil {
+					return nil, err
+				}
+			}
 		}
 		if out, errs, ok := c.opts.local.AppendLocal(ctx, c.opts.cluster, p, msgs); ok {
 			if len(out) != len(batch) || len(errs) != len(batch) {

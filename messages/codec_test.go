@@ -950,3 +950,32 @@ func TestBroadcastReplicasShareWriterProperties(t *testing.T) {
 	}
 	require.Len(t, ids, 3)
 }
+
+// TestSetTrace: SetTrace gives a built message a trace context that
+// survives encoding, refuses one that is not a printable W3C header
+// (keeping what the message had), and leaves a type that is never traced
+// without one.
+func TestSetTrace(t *testing.T) {
+	c := newCodec(t)
+	v := vch(t, 5, 0)
+	m, err := c.New(messages.TypeInsert, v, []byte("x"))
+	require.NoError(t, err)
+	require.NoError(t, m.SetTrace(testTraceParent, testTraceState))
+	parent, state := m.Trace()
+	require.Equal(t, testTraceParent, parent)
+	require.Equal(t, testTraceState, state)
+	_, im := roundTrip(t, c, m, 1)
+	require.Equal(t, testTraceParent, im.Header().TraceParent)
+	require.Equal(t, testTraceState, im.Header().TraceState)
+
+	err = m.SetTrace("bad\x00parent", "")
+	require.ErrorIs(t, err, messages.ErrMalformed)
+	parent, _ = m.Trace()
+	require.Equal(t, testTraceParent, parent, "a refused trace context changes nothing")
+
+	tick, err := c.NewPChannelBody(messages.TypeTimeTick, v.PChannel(), messages.TimeTickBody{})
+	require.NoError(t, err)
+	require.NoError(t, tick.SetTrace(testTraceParent, ""))
+	parent, _ = tick.Trace()
+	require.Empty(t, parent, "TimeTicks are never traced")
+}

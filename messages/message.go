@@ -89,6 +89,22 @@ func checkTxn(t *Type, ctx TxnContext) error {
 	return nil
 }
 
+// Trace is the message's W3C trace context ("" where it has none).
+func (m *MutableMessage) Trace() (parent, state string) { return m.h.TraceParent, m.h.TraceState }
+
+// SetTrace sets the W3C trace context, as WithTrace does when the
+// message is built; a type that is never traced keeps none.
+func (m *MutableMessage) SetTrace(parent, state string) error {
+	h := m.h
+	if err := WithTrace(parent, state)(&h); err != nil {
+		return err
+	}
+	if !m.typ.Is(FlagNotTraced) {
+		m.h.TraceParent, m.h.TraceState = h.TraceParent, h.TraceState
+	}
+	return nil
+}
+
 // SetTerm records the writer's term.
 func (m *MutableMessage) SetTerm(term uint64) { m.h.Term = term }
 

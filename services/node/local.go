@@ -44,6 +44,8 @@ func (n *Node) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal
 	if !ok {
 		return nil, nil, false
 	}
+	tr := n.traceAppend(msgs, func(i int) map[string][]string { return traceHeader(msgs[i]) })
 	out, errs = w.AppendMany(ctx, msgs)
+	tr.end(out, errs)
 	return out, errs, true
 }

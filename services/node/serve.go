@@ -263,7 +263,7 @@ func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), appendTimeout)
 	defer cancel()
-	tr := n.traceAppend(msgs, req.Messages, index)
+	tr := n.traceAppend(msgs, func(i int) map[string][]string { return req.Messages[index[i]].Header })
 	out, errs := w.AppendMany(ctx, msgs)
 	tr.end(out, errs)
 	for j, i := range index {

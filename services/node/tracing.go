@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/streamwal/streamwal/messages"
-	"github.com/streamwal/streamwal/services/wire"
 	"github.com/streamwal/streamwal/telemetry"
 )
 
@@ -18,21 +17,21 @@ type appendTrace struct {
 	ctxs  []context.Context
 }
 
-// traceAppend tells the message hooks of each message of msgs (decoded
-// from the request's messages wms, msgs[i] from wms[index[i]]) that its
-// append starts; the zero appendTrace when no hook follows messages. The
-// contexts of the messages are kept only once a hook returns one of its
-// own (the OpenTelemetry adapter does for a message that carries a
+// traceAppend tells the message hooks of each message of msgs that its
+// append starts, with the encoded headers header(i) of msgs[i] as they
+// reached the node; the zero appendTrace when no hook follows messages.
+// The contexts of the messages are kept only once a hook returns one of
+// its own (the OpenTelemetry adapter does for a message that carries a
 // sampled trace context), so that a request whose messages nobody traces
 // allocates nothing.
-func (n *Node) traceAppend(msgs []*messages.MutableMessage, wms []wire.Message, index []int) appendTrace {
+func (n *Node) traceAppend(msgs []*messages.MutableMessage, header func(i int) map[string][]string) appendTrace {
 	if !n.followsMessages {
 		return appendTrace{}
 	}
 	t := appendTrace{hooks: n.cfg.Hooks}
 	bg := context.Background()
 	for i, m := range msgs {
-		ctx := t.hooks.OnMessageAppendStart(bg, telemetry.MessageAppendEvent{PChannel: m.PChannel(), Message: m, Header: wms[index[i]].Header})
+		ctx := t.hooks.OnMessageAppendStart(bg, telemetry.MessageAppendEvent{PChannel: m.PChannel(), Message: m, Header: header(i)})
 		if ctx == bg {
 			continue
 		}
@@ -42,6 +41,21 @@ func (n *Node) traceAppend(msgs []*messages.MutableMessage, wms []wire.Message, 
 		t.ctxs[i] = ctx
 	}
 	return t
+}
+
+// traceHeader is the header of a message handed over in this process
+// (the local bypass), as a request would carry its trace context: nil
+// without one.
+func traceHeader(m *messages.MutableMessage) map[string][]string {
+	parent, state := m.Trace()
+	if parent == "" {
+		return nil
+	}
+	h := map[string][]string{messages.HdrTraceParent: {parent}}
+	if state != "" {
+		h[messages.HdrTraceState] = []string{state}
+	}
+	return h
 }
 
 // end tells the hooks each message's outcome: where it landed, or its

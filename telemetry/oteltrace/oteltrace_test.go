@@ -36,7 +36,11 @@ type traced struct {
 
 // startTraced starts a one-node cluster and a client that trace, and
 // creates a collection of two shards (v is its first VChannel).
-func startTraced(t *testing.T) *traced {
+func startTraced(t *testing.T) *traced { t.Helper(); return startTracedVia(t, false) }
+
+// startTracedVia is startTraced with a client that appends through the
+// local bypass (local) or through NATS.
+func startTracedVia(t *testing.T, local bool) *traced {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -49,7 +53,11 @@ func startTraced(t *testing.T) *traced {
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
 	require.NoError(t, err)
-	c, err := client.Connect(sys.Server.ClientURL(), client.WithCluster("traces"), client.WithoutLocalBypass(), client.WithTracerProvider(tp))
+	bypass := client.WithoutLocalBypass()
+	if local {
+		bypass = client.WithLocal(sys.Local())
+	}
+	c, err := client.Connect(sys.Server.ClientURL(), client.WithCluster("traces"), bypass, client.WithTracerProvider(tp))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	vs, err := c.CreateCollection(ctx, client.Collection{DBName: "db", Name: "traced", ID: 9, Shards: 2})
@@ -109,9 +117,18 @@ func requireChild(t *testing.T, parent trace.SpanContext, child tracetest.SpanSt
 // TestTraceOfAnAutocommitAppend: the caller's span reaches the node
 // through the message's headers: caller → wal.autocommit →
 // wal.dist_append (client) → wal.append → wal.appendimpl (node), with the
-// message's type, VChannel and TimeTick.
+// message's type, VChannel and TimeTick; the same through the local
+// bypass, where the client hands the message to the node in its process.
 func TestTraceOfAnAutocommitAppend(t *testing.T) {
-	tr := startTraced(t)
+	for _, local := range []bool{false, true} {
+		t.Run(map[bool]string{false: "remote", true: "local"}[local], func(t *testing.T) { testTraceOfAnAutocommitAppend(t, local) })
+	}
+}
+
+// testTraceOfAnAutocommitAppend is TestTraceOfAnAutocommitAppend through
+// the local bypass or not.
+func testTraceOfAnAutocommitAppend(t *testing.T, local bool) {
+	tr := startTracedVia(t, local)
 	var res []client.AppendResult
 	root, spans := tr.caller(t, func(ctx context.Context) {
 		m, err := tr.client.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
@@ -248,7 +265,16 @@ func TestInjectAndExtract(t *testing.T) {
 // TestTraceOfAConsume: a message read is a wal.dist_consume span under
 // the reader's span, linked to the context its producer wrote into it.
 func TestTraceOfAConsume(t *testing.T) {
-	tr := startTraced(t)
+	for _, local := range []bool{false, true} {
+		t.Run(map[bool]string{false: "remote", true: "local"}[local], func(t *testing.T) { testTraceOfAConsume(t, local) })
+	}
+}
+
+// testTraceOfAConsume is TestTraceOfAConsume of a message appended
+// through the local bypass or not: either way the stored message carries
+// its producer's context.
+func testTraceOfAConsume(t *testing.T, local bool) {
+	tr := startTracedVia(t, local)
 	_, produced := tr.caller(t, func(ctx context.Context) {
 		m, err := tr.client.Codec().New(messages.TypeInsert, tr.v, []byte("x"))
 		require.NoError(t, err)
