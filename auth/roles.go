@@ -120,7 +120,8 @@ func (s Spec) coordinator() rules {
 // truncated), the object store of archived ranges and flushed segments,
 // its checkpoints and its registration, the time oracle, live ticks, the
 // requests it answers (appends, open, close, status), and reads of the
-// coordinator's lease and assignment view (its readiness). It may also ask
+// coordinator's lease and assignment view (its readiness), and the
+// replicate checkpoints of its PChannels. It may also ask
 // the servers for their JetStream settings (`streamwal node
 // --group-commit auto`; only users of the system account get an answer).
 func (s Spec) node() rules {
@@ -147,6 +148,14 @@ func (s Spec) node() rules {
 		pub = append(pub, read(streamwal.KVStreamName(c.BucketName(b)))...)
 	}
 	pub = append(pub, streamwal.KVWildcard(nodes))
+	// A secondary's replicators keep their checkpoints (status and lag),
+	// each under its PChannel's key only: the topology is the
+	// coordinator's.
+	repl := c.BucketName(streamwal.BucketReplication)
+	pub = append(pub, read(streamwal.KVStreamName(repl))...)
+	for _, p := range s.PChannels {
+		pub = append(pub, streamwal.KVKeySubject(repl, streamwal.ReplicateCheckpointKey(p)))
+	}
 	sub := []string{c.AppendWildcard(), streamwal.InboxWildcard, c.LiveWildcard()}
 	for _, op := range []streamwal.NodeOp{streamwal.NodeOpen, streamwal.NodeClose, streamwal.NodeStatus} {
 		sub = append(sub, c.NodeWildcard(op))
@@ -162,7 +171,8 @@ var clientOps = []streamwal.CoordOp{streamwal.CoordStatus, streamwal.CoordBroadc
 // client: append requests, its coordinator requests, and reads: consumers
 // and gets on the WAL streams (with acknowledgements, for positions kept
 // in durable consumers), the object store (reads below a stream's
-// truncation point, flushed segments) and the checkpoints (status); and
+// truncation point, flushed segments), the checkpoints (status) and the
+// replication bucket (`replicate status`); and
 // the subscriptions bucket, where durable subscriptions keep their
 // positions and groups their leases (read and written: the only bucket a
 // client writes).
@@ -178,6 +188,8 @@ func (s Spec) client() rules {
 	}
 	pub = append(pub, read(streamwal.ObjectStreamName(c.ObjectStoreName(streamwal.ObjectStoreSegments)))...)
 	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketCheckpoints)))...)
+	// Replication's topology and checkpoints (`replicate status`).
+	pub = append(pub, read(streamwal.KVStreamName(c.BucketName(streamwal.BucketReplication)))...)
 	subs := c.BucketName(streamwal.BucketSubscriptions)
 	pub = append(pub, read(streamwal.KVStreamName(subs))...)
 	pub = append(pub, streamwal.KVWildcard(subs))

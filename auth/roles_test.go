@@ -396,6 +396,22 @@ func TestRolesAreRefusedWhatIsNotTheirs(t *testing.T) {
 	nd.denied(t, streamwal.JSAPISubject(streamwal.JSStreamDelete, stream),
 		func(ctx context.Context) error { return nd.js.DeleteStream(ctx, stream) })
 
+	// Replication: a node writes its PChannels' replicate checkpoints
+	// (status and lag) and a client reads them, but neither writes the
+	// topology, which is the coordinator's.
+	repl := cl.BucketName(streamwal.BucketReplication)
+	topology := streamwal.KVKeySubject(repl, streamwal.KeyReplicateTopology)
+	nd.denied(t, topology, func(ctx context.Context) error { _, err := nd.js.Publish(ctx, topology, []byte("{}")); return err })
+	cli.denied(t, topology, func(ctx context.Context) error { _, err := cli.js.Publish(ctx, topology, []byte("{}")); return err })
+	kv, err := nd.js.KeyValue(ctx, repl)
+	require.NoError(t, err, "a node binds the replication bucket")
+	_, err = kv.Put(ctx, streamwal.ReplicateCheckpointKey(p), []byte("{}"))
+	require.NoError(t, err, "a node writes its PChannel's replicate checkpoint")
+	ckv, err := cli.js.KeyValue(ctx, repl)
+	require.NoError(t, err, "a client reads replication's status")
+	_, err = ckv.Get(ctx, streamwal.ReplicateCheckpointKey(p))
+	require.NoError(t, err)
+
 	require.Equal(t, before, snapshot(t, admin, stream, insert, assignments), "nothing changed")
 	_, err = s.sys.WaitServing(ctx, false)
 	require.NoError(t, err)
