@@ -18,6 +18,7 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/messages"
 )
 
@@ -70,8 +71,8 @@ func benchClientRun(b *testing.B, window int) {
 	const rounds = 3
 	per := max(b.N/rounds, 1000)
 	b.ResetTimer()
-	took := rotateRounds(paths, rounds, per)
-	rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
+	took := rotate.Rounds(paths, rounds, per)
+	rate := func(d time.Duration) float64 { return rotate.Rate(rounds*per, d) }
 	rBatch, rRemote, rLocal := rate(took[0]), rate(took[1]), rate(took[2])
 	// Reads run client, raw, raw, client: whichever reads a stream first
 	// pays for loading it from disk, so each path gets one cold and one
@@ -94,21 +95,6 @@ func benchClientRun(b *testing.B, window int) {
 	b.ReportMetric(rRawRead, "raw-read-msgs/s")
 	b.ReportMetric(rRead/rRawRead, "read/raw-read")
 	b.ReportMetric(0, "ns/op")
-}
-
-// rotateRounds runs every path with n messages once a round, rounds
-// times, in an order that rotates each round (so that no path always runs
-// first on a fresh disk or last behind the others' writeback), and returns
-// each path's total time.
-func rotateRounds(paths []func(n int) time.Duration, rounds, n int) []time.Duration {
-	took := make([]time.Duration, len(paths))
-	for r := range rounds {
-		for i := range paths {
-			k := (i + r) % len(paths)
-			took[k] += paths[k](n)
-		}
-	}
-	return took
 }
 
 // benchClient connects a client to the system's server.

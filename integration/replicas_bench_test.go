@@ -16,6 +16,7 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord"
@@ -68,9 +69,9 @@ func benchReplicasRun(b *testing.B, window int) {
 	const rounds = 3
 	per := max(b.N/rounds, 1000)
 	b.ResetTimer()
-	took := rotateRounds(paths, rounds, per)
+	took := rotate.Rounds(paths, rounds, per)
 	b.StopTimer()
-	rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
+	rate := func(d time.Duration) float64 { return rotate.Rate(rounds*per, d) }
 	rRaw, rRemote, rLocal := rate(took[0]), rate(took[1]), rate(took[2])
 	b.ReportMetric(rRemote, "remote-msgs/s")
 	b.ReportMetric(rLocal, "local-msgs/s")

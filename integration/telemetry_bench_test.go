@@ -16,6 +16,7 @@ import (
 	"github.com/streamwal/streamwal/client"
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
@@ -129,9 +130,9 @@ func BenchmarkClientTelemetry(b *testing.B) {
 	const rounds = 3
 	per := max(b.N/rounds, 1000)
 	b.ResetTimer()
-	took := rotateRounds(paths, rounds, per)
+	took := rotate.Rounds(paths, rounds, per)
 	b.StopTimer()
-	rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
+	rate := func(d time.Duration) float64 { return rotate.Rate(rounds*per, d) }
 	off, sampledOff, alwaysOn := rate(took[0]), rate(took[1]), rate(took[2])
 	b.ReportMetric(off, "off-msgs/s")
 	b.ReportMetric(sampledOff, "sampler-off-msgs/s")

@@ -7,6 +7,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -48,17 +49,13 @@ func BenchmarkReadAcrossArchive(b *testing.B) {
 		b.Fatalf("state after truncation: %+v, %v", st, err)
 	}
 	const rounds = 4
-	var took [2]time.Duration
-	b.ResetTimer()
-	paths := []streamwal.PChannel{plain, tiered}
-	for r := range rounds {
-		for i := range paths {
-			k := (i + r) % len(paths)
-			took[k] += readAll(b, be, paths[k], n)
-		}
+	read := func(p streamwal.PChannel) func(int) time.Duration {
+		return func(n int) time.Duration { return readAll(b, be, p, n) }
 	}
+	b.ResetTimer()
+	took := rotate.Rounds([]func(int) time.Duration{read(plain), read(tiered)}, rounds, n)
 	b.StopTimer()
-	rate := func(d time.Duration) float64 { return float64(rounds*n) / d.Seconds() }
+	rate := func(d time.Duration) float64 { return rotate.Rate(rounds*n, d) }
 	b.ReportMetric(rate(took[0]), "stream-msgs/s")
 	b.ReportMetric(rate(took[1]), "crossing-msgs/s")
 	b.ReportMetric(rate(took[1])/rate(took[0]), "crossing/stream")

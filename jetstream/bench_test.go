@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -55,15 +56,9 @@ func BenchmarkAppend(b *testing.B) {
 			// total time.
 			const rounds = 3
 			per := max(b.N/rounds, 1000)
-			took := make([]time.Duration, len(paths))
 			b.ResetTimer()
-			for r := range rounds {
-				for i := range paths {
-					k := (i + r) % len(paths)
-					took[k] += paths[k](per)
-				}
-			}
-			rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
+			took := rotate.Rounds(paths, rounds, per)
+			rate := func(d time.Duration) float64 { return rotate.Rate(rounds*per, d) }
 			seqRate, async, batch := rate(took[0]), rate(took[1]), rate(took[2])
 			b.StopTimer()
 			stats()

@@ -10,6 +10,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/jetstream"
 )
 
@@ -35,17 +36,11 @@ func BenchmarkAppendReplicas(b *testing.B) {
 			paths := []func(n int) time.Duration{seq, benchRawWindow(b, nc, 3, window)}
 			const rounds = 3
 			per := max(b.N/rounds, 1000)
-			took := make([]time.Duration, len(paths))
 			b.ResetTimer()
-			for r := range rounds {
-				for i := range paths {
-					k := (i + r) % len(paths)
-					took[k] += paths[k](per)
-				}
-			}
+			took := rotate.Rounds(paths, rounds, per)
 			b.StopTimer()
 			stats()
-			rate := func(d time.Duration) float64 { return float64(rounds*per) / d.Seconds() }
+			rate := func(d time.Duration) float64 { return rotate.Rate(rounds*per, d) }
 			seqRate, async := rate(took[0]), rate(took[1])
 			b.ReportMetric(seqRate, "seq-msgs/s")
 			b.ReportMetric(async, "raw-async-msgs/s")

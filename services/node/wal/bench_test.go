@@ -9,6 +9,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/recovery"
@@ -32,24 +33,17 @@ func BenchmarkChain(b *testing.B) {
 	defer chainWAL.Close()
 	storedWAL := openBenchWAL(b, be, codec, "stored", &wal.Storage{Store: recovery.NewMemory(), Tiers: be})
 	defer storedWAL.Close()
+	path := func(w *wal.WAL) func(k int) time.Duration {
+		return func(k int) time.Duration { return benchWAL(b, w, codec, k) }
+	}
 	b.ResetTimer()
 	// In many short rounds, alternating which goes first, so that neither
 	// gains from running on a fresher server and a burst of load from
 	// elsewhere on the machine falls on both alike.
 	const rounds = 16
-	var chainTook, storedTook float64
-	for r := range rounds {
-		k := n / rounds
-		if r%2 == 0 {
-			chainTook += float64(k) / benchWAL(b, chainWAL, codec, k)
-			storedTook += float64(k) / benchWAL(b, storedWAL, codec, k)
-		} else {
-			storedTook += float64(k) / benchWAL(b, storedWAL, codec, k)
-			chainTook += float64(k) / benchWAL(b, chainWAL, codec, k)
-		}
-	}
-	chain, stored := float64(n/rounds*rounds)/chainTook, float64(n/rounds*rounds)/storedTook
-	bare := benchBare(b, be, codec, n)
+	took := rotate.Rounds([]func(int) time.Duration{path(chainWAL), path(storedWAL)}, rounds, n/rounds)
+	chain, stored := rotate.Rate(n/rounds*rounds, took[0]), rotate.Rate(n/rounds*rounds, took[1])
+	bare := rotate.Rate(n, benchBare(b, be, codec, n))
 	b.StopTimer()
 	b.ReportMetric(chain, "chain-msgs/s")
 	b.ReportMetric(stored, "storage-msgs/s")
@@ -105,8 +99,8 @@ func openBenchWAL(b *testing.B, be jetstream.Backend, codec *messages.Codec, nam
 	return w
 }
 
-// benchWAL appends n inserts through w and returns the rate.
-func benchWAL(b *testing.B, w *wal.WAL, codec *messages.Codec, n int) float64 {
+// benchWAL appends n inserts through w and returns the time it took.
+func benchWAL(b *testing.B, w *wal.WAL, codec *messages.Codec, n int) time.Duration {
 	ctx := context.Background()
 	v, _ := w.PChannel().VChannel(1, 0)
 	msgs := benchInserts(b, codec, v, n)
@@ -116,8 +110,9 @@ func benchWAL(b *testing.B, w *wal.WAL, codec *messages.Codec, n int) float64 {
 	})
 }
 
-// benchBare appends n inserts through a backend writer.
-func benchBare(b *testing.B, be jetstream.Backend, codec *messages.Codec, n int) float64 {
+// benchBare appends n inserts through a backend writer and returns the
+// time it took.
+func benchBare(b *testing.B, be jetstream.Backend, codec *messages.Codec, n int) time.Duration {
 	ctx := context.Background()
 	p, _ := streamwal.NewPChannel("bare", 0)
 	v, _ := p.VChannel(1, 0)
@@ -146,8 +141,8 @@ func benchInserts(b *testing.B, codec *messages.Codec, v streamwal.VChannel, n i
 }
 
 // benchRun calls appendOne for 0..n-1 from 64 goroutines and returns the
-// rate in messages per second.
-func benchRun(b *testing.B, n int, appendOne func(i int) error) float64 {
+// time it took.
+func benchRun(b *testing.B, n int, appendOne func(i int) error) time.Duration {
 	start := time.Now()
 	var wg sync.WaitGroup
 	for g := range benchGoroutines {
@@ -163,5 +158,5 @@ func benchRun(b *testing.B, n int, appendOne func(i int) error) float64 {
 		}()
 	}
 	wg.Wait()
-	return float64(n) / time.Since(start).Seconds()
+	return time.Since(start)
 }
