@@ -16,6 +16,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/jetstream"
+	"github.com/streamwal/streamwal/jetstream/faulty"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/recovery"
 	"github.com/streamwal/streamwal/services/node/shard"
@@ -653,39 +654,6 @@ func TestLedgerMessageIDsLiveAndReplayed(t *testing.T) {
 	require.Equal(t, replayed.VChannels, live.VChannels, "vchannel metadata consumed live and replayed")
 }
 
-// unlearnedBackend is a backend whose writer lands the inserts lie picks
-// but tells the WAL they failed: the WAL never learns that they landed,
-// as with an append of unknown outcome that did land.
-type unlearnedBackend struct {
-	jetstream.Backend
-	lie func(msgs []*messages.MutableMessage) bool
-}
-
-func (b *unlearnedBackend) OpenWriter(ctx context.Context, p streamwal.PChannel, term uint64, opts ...jetstream.WriterOption) (jetstream.Writer, error) {
-	w, err := b.Backend.OpenWriter(ctx, p, term, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return &unlearnedWriter{Writer: w, lie: b.lie}, nil
-}
-
-type unlearnedWriter struct {
-	jetstream.Writer
-	lie func(msgs []*messages.MutableMessage) bool
-}
-
-func (w *unlearnedWriter) AppendAsync(ctx context.Context, msgs ...*messages.MutableMessage) *jetstream.AppendFuture {
-	if !w.lie(msgs) {
-		return w.Writer.AppendAsync(ctx, msgs...)
-	}
-	if _, err := w.Writer.AppendAsync(ctx, msgs...).Wait(ctx); err != nil {
-		panic(fmt.Sprintf("the append to lie about did not land: %v", err))
-	}
-	gone, cancel := context.WithCancel(ctx)
-	cancel()
-	return w.Writer.AppendAsync(gone, msgs...) // fails at once: the WAL learns nothing of what landed
-}
-
 // TestLedgerFillsGapOfUnlearnedAppend: appends that landed without the
 // WAL learning of it leave gaps below what it learned; the storage loop
 // reads them from the stream once it waited long enough, and the ledger
@@ -697,21 +665,28 @@ func TestLedgerFillsGapOfUnlearnedAppend(t *testing.T) {
 	lies := map[string]bool{"lie 3": true, "lie 4": true, "lie 10": true}
 	var lied atomic.Int64
 	cfg := e.storageConfig(1)
-	cfg.Backend = &unlearnedBackend{Backend: e.js, lie: func(msgs []*messages.MutableMessage) bool {
-		last := msgs[len(msgs)-1]
+	// The writer lands the lies but tells the WAL they failed, with an
+	// error that is no unknown outcome: the WAL never learns that they
+	// landed.
+	cfg.Backend = faulty.New(e.js, faulty.When(func(c faulty.Call) bool {
+		if c.Op != faulty.OpAppend {
+			return false
+		}
+		last := c.Msgs[len(c.Msgs)-1]
 		if last.Type() == messages.TypeInsert && lies[string(last.Payload())] {
 			lied.Add(1)
 			return true
 		}
 		return false
-	}}
+	}, faulty.Fault{Err: faulty.Unavailable(), After: true}))
 	w := openWith(t, cfg)
 	e.createCollection(w, v)
 	acked := 0
 	for i := range 20 {
 		_, err := w.Append(ctx, e.insert(v, fmt.Sprint("lie ", i), messages.WithDML(0, 1)))
 		if lies[fmt.Sprint("lie ", i)] {
-			require.Error(t, err)
+			require.ErrorIs(t, err, faulty.ErrInjected)
+			require.NotErrorIs(t, err, streamwal.ErrUnknownOutcome)
 			continue
 		}
 		require.NoError(t, err)
