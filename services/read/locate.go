@@ -16,7 +16,9 @@ import (
 // with direct reads (a few round trips, however long the stream) instead
 // of reading it from the start. A RecoveryBarrier is skipped over while
 // probing: its TimeTick is drawn before an earlier owner's last messages
-// may land, so it alone may be out of order.
+// may land, so it alone may be out of order. A direct read that finds
+// nothing stored (jetstream.ErrNotStored) is truncation, which the search
+// steps over; any other failure of the backend is returned as is.
 func Locate(ctx context.Context, be jetstream.Backend, p streamwal.PChannel, t messages.TimeTick) (jetstream.StartPosition, error) {
 	end, err := be.Read(ctx, p, jetstream.ReadOptions{Start: jetstream.Latest()})
 	if err != nil {

@@ -79,7 +79,9 @@ type Scanner struct {
 	until messages.MessageID // 0: unbounded
 }
 
-// Open starts a scanner.
+// Open starts a scanner. A failure of the backend, in opening its scanner
+// or in locating a TimeTick start, is returned as is, with nothing left
+// open.
 func Open(ctx context.Context, o Options) (*Scanner, error) {
 	if o.Backend == nil || o.Codec == nil || o.PChannel.IsZero() {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "read needs a backend, a codec and a pchannel")
@@ -143,7 +145,9 @@ func (s *Scanner) subscribeTicks(o Options) (*nats.Subscription, error) {
 }
 
 // Next blocks for the next message, until ctx ends or the scanner is
-// closed (streamwal.ErrClosed); past Options.Until it returns io.EOF.
+// closed (streamwal.ErrClosed); past Options.Until it returns io.EOF,
+// without reading the backend. A failure of the backend's read is
+// returned as is and changes neither Last nor Watermark.
 func (s *Scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {
 	s.next.Lock()
 	defer s.next.Unlock()
