@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
 )
 
 // Hook is a value that implements one or more of the hook interfaces of
@@ -305,6 +306,53 @@ type StorageHook interface {
 	OnStorage(StorageEvent)
 }
 
+// ReplicationEvent is where the replication of one PChannel of a
+// secondary stands, as its replicator knows it (DESIGN.md §11): the
+// replicator reports it every checkpoint interval while its cluster is a
+// secondary, whether replication progresses, idles, is stuck or cannot
+// reach the primary, and once with Active false when it stops (the
+// cluster is no longer a secondary, or its node no longer serves the
+// PChannel).
+type ReplicationEvent struct {
+	// PChannel is the secondary's PChannel.
+	PChannel streamwal.PChannel
+	// Active says that the replicator runs for a secondary: false once it
+	// stopped, when the other fields mean nothing.
+	Active bool
+	// Source is the primary cluster replicated from ("" before the
+	// replicator knows it).
+	Source streamwal.Cluster
+	// Through is the source TimeTick through which the secondary holds
+	// everything (0: unknown, nothing was replicated yet);
+	// SourceTimeTick the latest source TimeTick the replicator knows of.
+	Through, SourceTimeTick messages.TimeTick
+	// Replicated counts the units the replicator appended since it
+	// started.
+	Replicated uint64
+	// Err is why replication does not progress ("" when it does).
+	Err string
+}
+
+// Lag is how far behind its source the secondary is at now: the time
+// since Through (as wire.ReplicateCheckpoint.Lag). A hook that exports
+// it should compute it when it is read, from the last event's Through,
+// so that it grows while replication is stuck between two events; ok is
+// false while Through is unknown or the replicator is not active.
+func (e ReplicationEvent) Lag(now time.Time) (lag time.Duration, ok bool) {
+	if !e.Active || e.Through == 0 {
+		return 0, false
+	}
+	return max(now.Sub(e.Through.Physical()), 0), true
+}
+
+// ReplicationHook is told where the replication of each PChannel of a
+// secondary stands.
+type ReplicationHook interface {
+	// OnReplication is called on the replicator's goroutines, one event
+	// at a time per PChannel.
+	OnReplication(ReplicationEvent)
+}
+
 // OnAppendStart implements AppendStartHook.
 func (hs Hooks) OnAppendStart(e AppendStartEvent) {
 	for _, h := range hs {
@@ -427,6 +475,15 @@ func (hs Hooks) OnStorage(e StorageEvent) {
 	for _, h := range hs {
 		if x, ok := h.(StorageHook); ok {
 			x.OnStorage(e)
+		}
+	}
+}
+
+// OnReplication implements ReplicationHook.
+func (hs Hooks) OnReplication(e ReplicationEvent) {
+	for _, h := range hs {
+		if x, ok := h.(ReplicationHook); ok {
+			x.OnReplication(e)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
 )
 
@@ -27,6 +28,7 @@ var (
 	_ telemetry.BroadcastStuckHook = telemetry.Hooks(nil)
 	_ telemetry.StorageHook        = telemetry.Hooks(nil)
 	_ telemetry.ClientRequestHook  = telemetry.Hooks(nil)
+	_ telemetry.ReplicationHook    = telemetry.Hooks(nil)
 )
 
 // p1 and p2 are PChannels of the tests.
@@ -83,6 +85,37 @@ func BenchmarkNoHooks(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		none.OnAppend(e)
+	}
+}
+
+// replications records replication events.
+type replications struct{ got []telemetry.ReplicationEvent }
+
+func (r *replications) OnReplication(e telemetry.ReplicationEvent) { r.got = append(r.got, e) }
+
+// TestReplicationLag: a replication event reaches its hooks in a nested
+// list; its lag is the time since Through, known only while the
+// replicator is active and Through is.
+func TestReplicationLag(t *testing.T) {
+	r := &replications{}
+	now := time.Now()
+	through := messages.TimeTickAt(now.Add(-3 * time.Second))
+	e := telemetry.ReplicationEvent{PChannel: p1, Active: true, Source: "prim", Through: through}
+	telemetry.Hooks{&opens{}, telemetry.Hooks{r}}.OnReplication(e)
+	require.Equal(t, []telemetry.ReplicationEvent{e}, r.got)
+	lag, ok := e.Lag(now)
+	require.True(t, ok)
+	require.Equal(t, now.Sub(through.Physical()), lag)
+	require.GreaterOrEqual(t, lag, 3*time.Second)
+	lag, ok = e.Lag(through.Physical().Add(-time.Second))
+	require.True(t, ok)
+	require.Zero(t, lag, "a clock behind the source's lags by nothing, not less")
+	for _, unknown := range []telemetry.ReplicationEvent{
+		{PChannel: p1, Active: true, Source: "prim"},
+		{PChannel: p1, Through: through},
+	} {
+		_, ok := unknown.Lag(now)
+		require.False(t, ok, "%+v", unknown)
 	}
 }
 

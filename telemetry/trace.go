@@ -189,6 +189,44 @@ type BroadcastCallbackHook interface {
 	OnBroadcastCallbackEnd(ctx context.Context, e BroadcastCallbackEndEvent)
 }
 
+// ReplicateAppendEvent is a unit a secondary's replicator re-appends
+// into its WAL: one message of the primary, or a whole transaction.
+type ReplicateAppendEvent struct {
+	// PChannel is the secondary's PChannel appended to.
+	PChannel streamwal.PChannel
+	// Source is the primary cluster the unit comes from.
+	Source streamwal.Cluster
+	// Message is the primary's message as read, not to be changed (a
+	// transaction arrives assembled, carrying its CommitTxn's headers and
+	// with them the trace context its producer wrote).
+	Message *messages.ImmutableMessage
+	// Replicas are the messages re-appended, with their replicate
+	// headers, not to be changed.
+	Replicas []*messages.MutableMessage
+}
+
+// ReplicateAppendEndEvent is the outcome of a replicated unit's
+// re-append.
+type ReplicateAppendEndEvent struct {
+	// Messages are the replicas as they landed (their TimeTicks on the
+	// secondary); nil when the unit did not land.
+	Messages []*messages.ImmutableMessage
+	// Err is why it did not land: streamwal.ErrDuplicate when the
+	// secondary held it already (which the replicator takes as done).
+	Err error
+}
+
+// ReplicateAppendHook follows each unit a secondary's replicator
+// re-appends, from before its append to its outcome.
+type ReplicateAppendHook interface {
+	// OnReplicateAppendStart is called before the unit is appended, with
+	// a context of the replicator's; the context returned is the unit's,
+	// given back at the end.
+	OnReplicateAppendStart(ctx context.Context, e ReplicateAppendEvent) context.Context
+	// OnReplicateAppendEnd is called once the unit's append resolved.
+	OnReplicateAppendEnd(ctx context.Context, e ReplicateAppendEndEvent)
+}
+
 // Has reports whether h implements T, or is a Hooks one of whose hooks
 // (at any depth) does: a component asks once, at its start, so that it
 // skips the work of events nobody follows.
@@ -324,6 +362,25 @@ func (hs Hooks) OnBroadcastCallbackEnd(ctx context.Context, e BroadcastCallbackE
 	for _, h := range hs {
 		if x, ok := h.(BroadcastCallbackHook); ok {
 			x.OnBroadcastCallbackEnd(ctx, e)
+		}
+	}
+}
+
+// OnReplicateAppendStart implements ReplicateAppendHook.
+func (hs Hooks) OnReplicateAppendStart(ctx context.Context, e ReplicateAppendEvent) context.Context {
+	for _, h := range hs {
+		if x, ok := h.(ReplicateAppendHook); ok {
+			ctx = x.OnReplicateAppendStart(ctx, e)
+		}
+	}
+	return ctx
+}
+
+// OnReplicateAppendEnd implements ReplicateAppendHook.
+func (hs Hooks) OnReplicateAppendEnd(ctx context.Context, e ReplicateAppendEndEvent) {
+	for _, h := range hs {
+		if x, ok := h.(ReplicateAppendHook); ok {
+			x.OnReplicateAppendEnd(ctx, e)
 		}
 	}
 }

@@ -21,6 +21,7 @@ var (
 	_ telemetry.ConsumeHook           = telemetry.Hooks(nil)
 	_ telemetry.MessageAppendHook     = telemetry.Hooks(nil)
 	_ telemetry.BroadcastCallbackHook = telemetry.Hooks(nil)
+	_ telemetry.ReplicateAppendHook   = telemetry.Hooks(nil)
 )
 
 // tagKey is the context key of a tagger's tags.
@@ -108,6 +109,8 @@ func TestNoContextHooksAllocateNothing(t *testing.T) {
 			hs.OnAppendCallEnd(ctx, nil)
 			ctx = hs.OnMessageAppendStart(bg, telemetry.MessageAppendEvent{PChannel: p1, Message: m, Header: header})
 			hs.OnMessageAppendEnd(ctx, telemetry.MessageAppendEndEvent{})
+			ctx = hs.OnReplicateAppendStart(bg, telemetry.ReplicateAppendEvent{PChannel: p1, Source: "prim", Replicas: msgs})
+			hs.OnReplicateAppendEnd(ctx, telemetry.ReplicateAppendEndEvent{})
 		}
 	})
 	require.Zero(t, allocs)

@@ -64,6 +64,18 @@
 // reads the record back first, so that a restart carries the lag on
 // instead of resetting it (and starts from the record's position when
 // it is past the WAL's: skipped messages included).
+//
+// # Telemetry
+//
+// With Config.Hooks, the replicator reports where replication stands
+// (telemetry.ReplicationEvent, with Through) every CheckpointInterval
+// while its cluster is a secondary, idle, stuck or disconnected alike,
+// and once more, inactive, when it stops; an exporter computes the lag
+// from Through when it is read (telemetry/otelmetrics exports it as
+// streamwal_replication_lag_seconds), so that it grows between reports
+// too. Each unit re-appended is a telemetry.ReplicateAppendEvent, which
+// the tracing adapter (telemetry/oteltrace) makes a replicate.secondary
+// span, child of the trace context the primary's message carries.
 package replicate
 
 import (
@@ -75,6 +87,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Defaults.
@@ -120,6 +133,11 @@ type Config struct {
 	CheckpointInterval time.Duration
 	// Logger receives the replicator's logs.
 	Logger zerolog.Logger
+	// Hooks are told where replication stands (telemetry.ReplicationHook,
+	// every CheckpointInterval while the cluster is a secondary) and of
+	// each unit re-appended (telemetry.ReplicateAppendHook); none by
+	// default.
+	Hooks telemetry.Hooks
 }
 
 // withDefaults validates c and fills in defaults.

@@ -39,10 +39,19 @@ type cluster struct {
 // startCluster starts cluster name on a server of its own.
 func startCluster(t *testing.T, name streamwal.Cluster) *cluster {
 	t.Helper()
+	return startClusterWith(t, name, func(*system.Options) {})
+}
+
+// startClusterWith starts cluster name on a server of its own, with the
+// options edit sets.
+func startClusterWith(t *testing.T, name streamwal.Cluster, edit func(*system.Options)) *cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s, err := system.Start(ctx, system.Options{Cluster: name, ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Coord: coord.Config{PChannels: pchannels}, Node: node.Config{SyncInterval: 50 * time.Millisecond}})
+	o := system.Options{Cluster: name, ServerOptions: embedded.Options{StoreDir: t.TempDir()},
+		Coord: coord.Config{PChannels: pchannels}, Node: node.Config{SyncInterval: 50 * time.Millisecond}}
+	edit(&o)
+	s, err := system.Start(ctx, o)
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	_, err = s.WaitServing(ctx, false)

@@ -18,6 +18,7 @@ import (
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/read"
 	"github.com/streamwal/streamwal/services/wire"
+	"github.com/streamwal/streamwal/telemetry"
 )
 
 // Run replicates into cfg.Target whenever the topology of its log makes
@@ -30,11 +31,14 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	p := cfg.Target.PChannel()
 	r := &replicator{cfg: cfg, self: cfg.Codec.Cluster(), p: p,
-		log: cfg.Logger.With().Str("component", "replicator").Str("pchannel", p.String()).Logger()}
+		log:     cfg.Logger.With().Str("component", "replicator").Str("pchannel", p.String()).Logger(),
+		reports: telemetry.Has[telemetry.ReplicationHook](cfg.Hooks),
+		traces:  telemetry.Has[telemetry.ReplicateAppendHook](cfg.Hooks)}
 	var wg sync.WaitGroup
 	wg.Go(func() { r.publishLoop(ctx) })
 	r.loop(ctx)
 	wg.Wait()
+	r.setActive(false)
 	return nil
 }
 
@@ -52,6 +56,11 @@ type replicator struct {
 
 	kvMu sync.Mutex
 	kv   njs.KeyValue // the replication bucket, once opened
+
+	reports, traces bool // a hook follows replication, re-appends
+	active          bool // replicating for a secondary (under mu)
+	reportMu        sync.Mutex
+	reported        bool // the last event reported was active (under reportMu)
 }
 
 // loop runs attempts while the cluster is a secondary, waiting for a
@@ -64,9 +73,11 @@ func (r *replicator) loop(ctx context.Context) {
 		topo, ok, source, changed := r.cfg.Target.Replication()
 		src, secondary := topo.Source(r.self)
 		if !ok || !secondary {
+			r.setActive(false)
 			wait(ctx, changed, nil)
 			continue
 		}
+		r.setActive(true)
 		actx, cancel := context.WithCancel(ctx)
 		go func() {
 			select {
@@ -323,6 +334,7 @@ func (r *replicator) next(ctx context.Context, in <-chan delivery, readErr <-cha
 func (r *replicator) appendBatch(ctx context.Context, src *source, batch []delivery) (int, error) {
 	units := make([][]*messages.MutableMessage, len(batch))
 	var todo [][]*messages.MutableMessage
+	var from []*messages.ImmutableMessage // todo's source messages, when traced
 	for i, d := range batch {
 		if d.m == nil {
 			continue
@@ -334,11 +346,17 @@ func (r *replicator) appendBatch(ctx context.Context, src *source, batch []deliv
 		units[i] = u
 		if u != nil {
 			todo = append(todo, u)
+			if r.traces {
+				from = append(from, d.m)
+			}
 		}
 	}
 	var errs []error
 	if len(todo) > 0 {
-		_, errs = r.cfg.Target.AppendUnits(ctx, todo)
+		t := r.traceStart(src.member.Cluster, from, todo)
+		var out [][]*messages.ImmutableMessage
+		out, errs = r.cfg.Target.AppendUnits(ctx, todo)
+		t.end(out, errs)
 	}
 	appended, j := 0, 0
 	for i, d := range batch {
@@ -481,6 +499,7 @@ func (r *replicator) publishLoop(ctx context.Context) {
 			return
 		case <-t.C:
 			r.publish(ctx)
+			r.report()
 		}
 	}
 }
@@ -515,4 +534,90 @@ func (r *replicator) redirty() {
 	r.mu.Lock()
 	r.dirty = true
 	r.mu.Unlock()
+}
+
+// setActive records whether the replicator replicates for a secondary,
+// and reports a change.
+func (r *replicator) setActive(active bool) {
+	r.mu.Lock()
+	changed := r.active != active
+	r.active = active
+	r.mu.Unlock()
+	if changed {
+		r.report()
+	}
+}
+
+// report tells the hooks where replication stands: while active, at
+// every call (the publish loop calls it every CheckpointInterval, so
+// that an exporter sees a stuck replicator as alive and lagging); once
+// when it stops being active. Events are reported one at a time, in the
+// order of the state they tell.
+func (r *replicator) report() {
+	if !r.reports {
+		return
+	}
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	r.mu.Lock()
+	e := telemetry.ReplicationEvent{PChannel: r.p, Active: r.active}
+	if e.Active {
+		e.Source, e.Through, e.SourceTimeTick, e.Replicated, e.Err = r.cp.Source, r.cp.Through, r.cp.SourceTimeTick, r.cp.Replicated, r.cp.Error
+	}
+	r.mu.Unlock()
+	if !e.Active && !r.reported {
+		return
+	}
+	r.reported = e.Active
+	r.cfg.Hooks.OnReplication(e)
+}
+
+// unitTrace is what the hooks that follow re-appends
+// (telemetry.ReplicateAppendHook) keep of a batch's units: the context
+// each returned (nil where they kept none). The zero unitTrace tells
+// nobody anything.
+type unitTrace struct {
+	hooks telemetry.Hooks
+	ctxs  []context.Context
+}
+
+// traceStart tells the hooks that the units, replicas of the source
+// cluster's messages from, start; the zero unitTrace when no hook
+// follows re-appends. Contexts are kept only once a hook returns one of
+// its own.
+func (r *replicator) traceStart(source streamwal.Cluster, from []*messages.ImmutableMessage, units [][]*messages.MutableMessage) unitTrace {
+	if !r.traces {
+		return unitTrace{}
+	}
+	t := unitTrace{hooks: r.cfg.Hooks}
+	bg := context.Background()
+	for i, u := range units {
+		ctx := t.hooks.OnReplicateAppendStart(bg, telemetry.ReplicateAppendEvent{PChannel: r.p, Source: source, Message: from[i], Replicas: u})
+		if ctx == bg {
+			continue
+		}
+		if t.ctxs == nil {
+			t.ctxs = make([]context.Context, len(units))
+		}
+		t.ctxs[i] = ctx
+	}
+	return t
+}
+
+// end tells the hooks each unit's outcome.
+func (t unitTrace) end(out [][]*messages.ImmutableMessage, errs []error) {
+	if t.hooks == nil {
+		return
+	}
+	for i, err := range errs {
+		ctx := context.Background()
+		if t.ctxs != nil && t.ctxs[i] != nil {
+			ctx = t.ctxs[i]
+		}
+		e := telemetry.ReplicateAppendEndEvent{Err: err}
+		if err == nil && i < len(out) {
+			e.Messages = out[i]
+		}
+		t.hooks.OnReplicateAppendEnd(ctx, e)
+	}
 }

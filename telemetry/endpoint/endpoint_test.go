@@ -14,6 +14,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
 	"github.com/streamwal/streamwal/telemetry/endpoint"
 )
@@ -162,4 +163,47 @@ func TestHealthReadinessAndPprof(t *testing.T) {
 func TestBadAddressIsRefused(t *testing.T) {
 	_, err := endpoint.Start(endpoint.Options{Addr: "no-such-host.invalid:x"})
 	require.ErrorIs(t, err, streamwal.ErrInvalidArgument)
+}
+
+// TestReplicationLagGrowsWhenScraped: streamwal_replication_lag_seconds,
+// by PChannel alone, is the time since the Through of the last event of
+// an active replicator, computed at each scrape (so it grows with no
+// event in between); a PChannel whose Through is unknown, or whose
+// replicator stopped, has none.
+func TestReplicationLagGrowsWhenScraped(t *testing.T) {
+	e, err := endpoint.Start(endpoint.Options{Addr: "127.0.0.1:0"})
+	require.NoError(t, err)
+	defer e.Close()
+	p, _ := streamwal.NewPChannel("pchan", 0)
+	q, _ := streamwal.NewPChannel("pchan", 1)
+	hooks := telemetry.Hooks{e.Metrics()}
+	const name = "streamwal_replication_lag_seconds"
+	require.NotContains(t, scrape(t, e), name, "no lag before a replicator reports")
+
+	through := messages.TimeTickAt(time.Now().Add(-5 * time.Second))
+	hooks.OnReplication(telemetry.ReplicationEvent{PChannel: p, Active: true, Source: "prim", Through: through, SourceTimeTick: through})
+	hooks.OnReplication(telemetry.ReplicationEvent{PChannel: q, Active: true, Source: "prim"})
+	fams := scrape(t, e)
+	require.Equal(t, dto.MetricType_GAUGE, fams[name].GetType())
+	require.Len(t, fams[name].GetMetric(), 1, "only the PChannel whose Through is known")
+	first, ok := value(fams[name], map[string]string{"pchannel": "pchan-0"})
+	require.True(t, ok)
+	require.Len(t, fams[name].GetMetric()[0].GetLabel(), 1, "labelled by pchannel alone")
+	require.GreaterOrEqual(t, first, 5.0)
+	require.Less(t, first, 5.0+time.Since(through.Physical()).Seconds())
+
+	// No event since: the lag still grows, scrape after scrape.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, ok := value(scrape(t, e)[name], map[string]string{"pchannel": "pchan-0"})
+		require.True(t, ok)
+		if got > first {
+			break
+		}
+		require.False(t, time.Now().After(deadline), "the lag stayed at %v", got)
+		time.Sleep(10 * time.Millisecond)
+	}
+
+	hooks.OnReplication(telemetry.ReplicationEvent{PChannel: p})
+	require.NotContains(t, scrape(t, e), name, "a stopped replicator's PChannel has no lag")
 }

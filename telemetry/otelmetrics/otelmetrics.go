@@ -15,11 +15,13 @@ package otelmetrics
 import (
 	"context"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
 )
 
@@ -49,9 +51,11 @@ type Metrics struct {
 	unitSize, replayed                                                                                       metric.Int64Histogram
 	serving, stuck, truncated, segments                                                                      metric.Int64Gauge
 	checkpointAge, watermarkLag                                                                              metric.Float64Gauge
+	replicationLag                                                                                           metric.Float64ObservableGauge
 
-	pchannels sync.Map // streamwal.PChannel -> attribute.KeyValue
-	options   sync.Map // pchannelKey, appendKey, unitKey -> metric.MeasurementOption
+	pchannels   sync.Map // streamwal.PChannel -> attribute.KeyValue
+	options     sync.Map // pchannelKey, appendKey, unitKey -> metric.MeasurementOption
+	replication sync.Map // streamwal.PChannel -> messages.TimeTick (Through)
 }
 
 // The keys of the cached attribute sets of frequent measurements.
@@ -123,6 +127,9 @@ func New(mp metric.MeterProvider) (*Metrics, error) {
 		truncated:  b.gauge("streamwal.truncation.point", "", "MessageID below which a WAL's stream was last truncated, by PChannel."),
 		segments:   b.gauge("streamwal.segments", "{segment}", "Segments of a WAL, by PChannel and state (growing, sealed, flushed)."),
 	}
+	m.replicationLag = b.observableGauge("streamwal.replication.lag", "s",
+		"Time since the source TimeTick through which a secondary holds everything of its primary (computed when read, so it grows while replication is stuck), by PChannel.",
+		m.observeReplication)
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -180,6 +187,13 @@ func (b *builder) gauge(name, unit, desc string) metric.Int64Gauge {
 // floatGauge creates a Float64Gauge.
 func (b *builder) floatGauge(name, unit, desc string) metric.Float64Gauge {
 	g, err := b.m.Float64Gauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	b.keep(err)
+	return g
+}
+
+// observableGauge creates a Float64ObservableGauge observed by callback.
+func (b *builder) observableGauge(name, unit, desc string, callback metric.Float64Callback) metric.Float64ObservableGauge {
+	g, err := b.m.Float64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc), metric.WithFloat64Callback(callback))
 	b.keep(err)
 	return g
 }
@@ -319,4 +333,30 @@ func (m *Metrics) OnClientRequest(e telemetry.ClientRequestEvent) {
 	p := m.pchannel(e.PChannel)
 	m.clientReqs.Add(bg, 1, attrs(p, code(e.Code)))
 	m.clientDur.Record(bg, e.Latency.Seconds(), m.ofPChannel(e.PChannel))
+}
+
+// OnReplication implements telemetry.ReplicationHook: it keeps the
+// Through of each PChannel a replicator of this process is active for,
+// from which streamwal.replication.lag is computed when it is read (so a
+// lag keeps growing while replication is stuck, even if the replicator
+// reported nothing since); an inactive replicator's PChannel, or one
+// whose Through is not known yet, is not exported.
+func (m *Metrics) OnReplication(e telemetry.ReplicationEvent) {
+	if !e.Active || e.Through == 0 {
+		m.replication.Delete(e.PChannel)
+		return
+	}
+	m.replication.Store(e.PChannel, e.Through)
+}
+
+// observeReplication observes the replication lag of every PChannel
+// known: now minus its Through.
+func (m *Metrics) observeReplication(_ context.Context, o metric.Float64Observer) error {
+	now := time.Now()
+	m.replication.Range(func(k, v any) bool {
+		p, through := k.(streamwal.PChannel), v.(messages.TimeTick)
+		o.Observe(max(now.Sub(through.Physical()), 0).Seconds(), m.ofPChannel(p))
+		return true
+	})
+	return nil
 }

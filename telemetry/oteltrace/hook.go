@@ -2,12 +2,14 @@ package oteltrace
 
 import (
 	"context"
+	"errors"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
 )
@@ -39,6 +41,12 @@ const (
 //     asking it;
 //   - a coordinator's broadcast callback: wal.bc_callback, child of the
 //     broadcast's context;
+//   - a secondary's replicator re-appending a message of the primary (or
+//     a whole transaction) whose headers carry a sampled context:
+//     replicate.secondary, child of that context (the trace of the
+//     write on the primary), with the message's attributes
+//     (message.replicate true) and its source; the replica carries the
+//     source's context on, for the secondary's readers to link to;
 //   - each message read: wal.dist_consume (or wal.consume for a reader
 //     in the process of the WAL) under the reader's context, linked to
 //     the context its producer wrote into it.
@@ -68,6 +76,7 @@ var (
 	_ telemetry.ConsumeHook           = (*Hook)(nil)
 	_ telemetry.MessageAppendHook     = (*Hook)(nil)
 	_ telemetry.BroadcastCallbackHook = (*Hook)(nil)
+	_ telemetry.ReplicateAppendHook   = (*Hook)(nil)
 )
 
 // spanKey is the context key under which a Hook keeps the spans of a
@@ -88,6 +97,7 @@ const (
 	kindBroadcastCall
 	kindMessageAppend
 	kindCallback
+	kindReplicate
 )
 
 // spanPair is an outer span and the inner one within it.
@@ -266,6 +276,52 @@ func (h *Hook) OnBroadcastCallbackEnd(ctx context.Context, e telemetry.Broadcast
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End()
+}
+
+// OnReplicateAppendStart starts, for a unit whose source message carries
+// a sampled trace context, a replicate.secondary span child of that
+// context, with the attributes of the unit's last replica (its
+// CommitTxn for a transaction) under the source message's type, and the
+// source cluster, MessageID and TimeTick; a unit without one keeps ctx.
+func (h *Hook) OnReplicateAppendStart(ctx context.Context, e telemetry.ReplicateAppendEvent) context.Context {
+	m := e.Message
+	if m == nil || len(e.Replicas) == 0 || !Traced(m.Type()) {
+		return ctx
+	}
+	hd := m.Header()
+	if hd.TraceParent == "" {
+		return ctx
+	}
+	parent := Extract(ctx, hd)
+	if !trace.SpanContextFromContext(parent).IsSampled() {
+		return ctx
+	}
+	ctx, s := h.node.Start(parent, SpanReplicateSecondary, trace.WithSpanKind(trace.SpanKindConsumer))
+	if s.IsRecording() {
+		s.SetAttributes(MessageAttributes(m.Type(), e.Replicas[len(e.Replicas)-1].Header())...)
+		s.SetAttributes(AttrReplicateSource.String(string(e.Source)),
+			AttrReplicateSourceMessageID.Int64(int64(m.ID())), AttrReplicateSourceTimeTick.Int64(int64(m.TimeTick())))
+	}
+	return h.with(ctx, kindReplicate, s)
+}
+
+// OnReplicateAppendEnd ends replicate.secondary with the unit's outcome:
+// the TimeTick it landed at on the secondary, a duplicate (the secondary
+// held it already: no error), or the error.
+func (h *Hook) OnReplicateAppendEnd(ctx context.Context, e telemetry.ReplicateAppendEndEvent) {
+	s, ok := h.span(ctx, kindReplicate)
+	if !ok {
+		return
+	}
+	switch {
+	case errors.Is(e.Err, streamwal.ErrDuplicate):
+		s.SetAttributes(AttrReplicateDuplicate.Bool(true))
+		s.End()
+		return
+	case e.Err == nil && len(e.Messages) > 0:
+		s.SetAttributes(AttrMessageTimeTick.Int64(int64(e.Messages[len(e.Messages)-1].TimeTick())))
+	}
+	endSpan(s, e.Err)
 }
 
 // endSpan ends s, with err as its status when not nil.

@@ -43,6 +43,10 @@ const (
 	// SpanDistConsume marks a message a remote reader (a client's Scanner)
 	// read, linked to its producer's context.
 	SpanDistConsume = "wal.dist_consume"
+	// SpanReplicateSecondary is a secondary's re-append of a message (or
+	// a whole transaction) of its primary, child of the context the
+	// primary's message carries.
+	SpanReplicateSecondary = "replicate.secondary"
 )
 
 // Attribute keys (DESIGN.md §8).
@@ -62,6 +66,16 @@ const (
 	AttrBroadcastID = attribute.Key("broadcast.id")
 	// AttrBroadcastVChannel lists the broadcast's target VChannels.
 	AttrBroadcastVChannel = attribute.Key("broadcast.vchannels")
+	// AttrReplicateSource is the cluster a replica comes from.
+	AttrReplicateSource = attribute.Key("replicate.source")
+	// AttrReplicateSourceMessageID and AttrReplicateSourceTimeTick are the
+	// MessageID and TimeTick of the replicated message in its source's
+	// log.
+	AttrReplicateSourceMessageID = attribute.Key("replicate.source.message_id")
+	AttrReplicateSourceTimeTick  = attribute.Key("replicate.source.timetick")
+	// AttrReplicateDuplicate says that the secondary held the replica
+	// already (a replicator that started again re-appended it).
+	AttrReplicateDuplicate = attribute.Key("replicate.duplicate")
 )
 
 // Propagator is the W3C TraceContext propagator the messages' headers
