@@ -340,7 +340,10 @@ func (m *Metrics) OnClientRequest(e telemetry.ClientRequestEvent) {
 // from which streamwal.replication.lag is computed when it is read (so a
 // lag keeps growing while replication is stuck, even if the replicator
 // reported nothing since); an inactive replicator's PChannel, or one
-// whose Through is not known yet, is not exported.
+// whose Through is not known yet, is not exported. (Where several nodes
+// of one process share a Metrics, a PChannel that moves between them may
+// miss from a scrape until its new replicator's next report, a
+// checkpoint interval later.)
 func (m *Metrics) OnReplication(e telemetry.ReplicationEvent) {
 	if !e.Active || e.Through == 0 {
 		m.replication.Delete(e.PChannel)
