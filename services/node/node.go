@@ -328,8 +328,8 @@ func (n *Node) WAL(p streamwal.PChannel) (*wal.WAL, bool) {
 func (n *Node) subscribe() error {
 	c := n.cfg.Codec.Cluster()
 	for op, h := range map[streamwal.NodeOp]wire.Handler{
-		streamwal.NodeOpen:   n.handleOpen,
-		streamwal.NodeClose:  n.handleClose,
+		streamwal.NodeOpen:   wire.Handle(n.handleOpen),
+		streamwal.NodeClose:  wire.Handle(n.handleClose),
 		streamwal.NodeStatus: n.handleStatus,
 	} {
 		sub, err := n.cfg.Conn.Subscribe(c.NodeSubject(n.cfg.ID, op), func(m *nats.Msg) {
