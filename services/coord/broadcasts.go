@@ -41,34 +41,30 @@ func (t *tenure) startBroadcaster(ctx context.Context) error {
 // newBroadcastID draws a broadcast ID from the oracle: unique and
 // increasing across tenures.
 func (t *tenure) newBroadcastID(ctx context.Context) (uint64, error) {
-	reply, err := t.handleTSO(ctx, []byte(`{"count":1}`))
+	reply, err := t.handleTSO(ctx, wire.TSORequest{Count: 1})
 	if err != nil {
 		return 0, err
 	}
-	return uint64(reply.(wire.TSOReply).First), nil
+	return uint64(reply.First), nil
 }
 
 // runBroadcast runs a broadcast; its targets follow the type's
 // dispatch, with the CChannel and the PChannels filled in here.
-func (t *tenure) runBroadcast(ctx context.Context, data []byte) (any, error) {
-	var req wire.BroadcastRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
+func (t *tenure) runBroadcast(ctx context.Context, req wire.BroadcastRequest) (wire.BroadcastReply, error) {
 	typ, err := t.codec.Registry().Lookup(req.Type)
 	if err != nil {
-		return nil, err
+		return wire.BroadcastReply{}, err
 	}
 	targets, err := t.ctl.targets(typ, req.VChannels)
 	if err != nil {
-		return nil, err
+		return wire.BroadcastReply{}, err
 	}
 	if err := checkCollection(typ, req, targets); err != nil {
-		return nil, err
+		return wire.BroadcastReply{}, err
 	}
 	if typ == messages.TypeAlterReplicateConfig {
 		if err := t.checkReplicateConfig(req.Payload); err != nil {
-			return nil, err
+			return wire.BroadcastReply{}, err
 		}
 	}
 	r := broadcast.Request{Type: typ, Targets: targets, Payload: req.Payload, IdempotencyKey: req.IdempotencyKey,
@@ -76,23 +72,19 @@ func (t *tenure) runBroadcast(ctx context.Context, data []byte) (any, error) {
 		Scope: messages.KeyScope{DBName: req.DBName, CollectionName: req.CollectionName, SnapshotName: req.SnapshotName}}
 	if req.AppendFirst != "" {
 		if r.AppendFirst, err = streamwal.ParseVChannel(req.AppendFirst); err != nil {
-			return nil, err
+			return wire.BroadcastReply{}, err
 		}
 	}
 	res, err := t.bc.Broadcast(ctx, r)
 	if err != nil {
-		return nil, err
+		return wire.BroadcastReply{}, err
 	}
 	return wire.BroadcastReply{ID: res.ID, Appended: res.Appended}, nil
 }
 
 // handleBroadcastAck acknowledges a target of an AckSyncUp broadcast.
-func (t *tenure) handleBroadcastAck(ctx context.Context, data []byte) (any, error) {
-	var req wire.BroadcastAckRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
-	return nil, t.bc.Ack(ctx, req.ID, req.Target)
+func (t *tenure) handleBroadcastAck(ctx context.Context, req wire.BroadcastAckRequest) (wire.None, error) {
+	return wire.None{}, t.bc.Ack(ctx, req.ID, req.Target)
 }
 
 // checkCollection refuses a collection DDL whose body names another

@@ -204,7 +204,7 @@ func (ctl *control) carry(ctx context.Context, effects []assign.Effect) error {
 		case assign.PublishView:
 			failed(ctl.answer(ctx, e.Rev, ctl.assign.put(ctx, streamwal.KeyView, e.View)))
 		case assign.Fence:
-			ctl.t.terms.set(e.PChannel.String(), e.Term)
+			ctl.t.terms.set(e.PChannel, e.Term)
 		case assign.Open:
 			ctl.open(e)
 		case assign.CancelOpen:
@@ -262,19 +262,18 @@ func (ctl *control) open(o assign.Open) {
 func (ctl *control) openOn(ctx context.Context, o assign.Open) assign.Event {
 	cfg := ctl.t.c.cfg
 	nc := cfg.Conn
-	name := o.PChannel.String()
 	if o.Close != nil {
 		closeCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		err := wire.Call(closeCtx, nc, cfg.Cluster.NodeSubject(o.Close.Node, streamwal.NodeClose), wire.CloseRequest{PChannel: name, Term: o.Close.Term}, nil)
+		err := wire.Call(closeCtx, nc, cfg.Cluster.NodeSubject(o.Close.Node, streamwal.NodeClose), wire.CloseRequest{PChannel: o.PChannel, Term: o.Close.Term}, nil)
 		cancel()
 		if err != nil {
-			ctl.t.log.Debug().Err(err).Str("pchannel", name).Msg("close on the old owner")
+			ctl.t.log.Debug().Err(err).Str("pchannel", o.PChannel.String()).Msg("close on the old owner")
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.OpenTimeout)
 	defer cancel()
 	var reply wire.OpenReply
-	req := wire.OpenRequest{PChannel: name, Term: o.Term, Timeout: cfg.OpenTimeout}
+	req := wire.OpenRequest{PChannel: o.PChannel, Term: o.Term, Timeout: cfg.OpenTimeout}
 	if err := wire.Call(ctx, nc, cfg.Cluster.NodeSubject(o.Node, streamwal.NodeOpen), req, &reply); err != nil {
 		return assign.OpenFailed{PChannel: o.PChannel, Node: o.Node, Term: o.Term, Err: err}
 	}
@@ -412,31 +411,23 @@ func (ev nodeEvent) step() assign.Event {
 
 // handleAllocate places a new collection's VChannels on the PChannels
 // with the fewest, or returns the ones it already has.
-func (ctl *control) handleAllocate(ctx context.Context, data []byte) (any, error) {
-	var req wire.AllocateRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
+func (ctl *control) handleAllocate(ctx context.Context, req wire.AllocateRequest) (wire.AllocateReply, error) {
 	var r assign.Reply
 	if cerr := ctl.call(ctx, func() {
 		r = ctl.request(func(call uint64) assign.Event { return assign.Allocate{Call: call, Request: req} })
 	}); cerr != nil {
-		return nil, cerr
+		return wire.AllocateReply{}, cerr
 	}
 	return r.Allocate, r.Err
 }
 
 // handleRelease forgets a dropped collection's VChannels.
-func (ctl *control) handleRelease(ctx context.Context, data []byte) (any, error) {
-	var req wire.ReleaseRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
+func (ctl *control) handleRelease(ctx context.Context, req wire.ReleaseRequest) (wire.None, error) {
 	var err error
 	if cerr := ctl.call(ctx, func() { err = ctl.release(req.CollectionID) }); cerr != nil {
-		return nil, cerr
+		return wire.None{}, cerr
 	}
-	return nil, err
+	return wire.None{}, err
 }
 
 // release runs in the loop; releasing an unknown collection is a no-op.

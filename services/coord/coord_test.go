@@ -445,14 +445,14 @@ func TestDeposedCoordinatorsWritesAreRefused(t *testing.T) {
 
 	ctx := testCtx(t)
 	// An allocation, through A's control loop.
-	_, err := ta.ctl.handleAllocate(ctx, []byte(`{"collection_id":7,"shards":1}`))
+	_, err := ta.ctl.handleAllocate(ctx, wire.AllocateRequest{CollectionID: 7, Shards: 1})
 	requireDeposed(t, err)
 	require.True(t, ta.isDeposed())
 	// A TimeTick request that needs a new bound.
 	ta.tsoMu.Lock()
 	ta.tso.bound = ta.tso.last // as if the clock had reached the bound
 	ta.tsoMu.Unlock()
-	_, err = ta.handleTSO(ctx, []byte(`{"count":1}`))
+	_, err = ta.handleTSO(ctx, wire.TSORequest{Count: 1})
 	requireDeposed(t, err)
 	// The view and an assignment, through A's stores.
 	requireDeposed(t, ta.ctl.assign.put(ctx, streamwal.KeyView, wire.View{Epoch: epA, Leader: a.ID()}))
@@ -815,8 +815,9 @@ func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 			_ = wire.Respond(m, nil, err)
 			return
 		}
-		p, err := streamwal.ParsePChannel(req.PChannel)
-		if err == nil {
+		p := req.PChannel
+		var err error
+		if !p.IsZero() {
 			var a wire.Assignment
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			ent, gerr := assignments.Get(ctx, streamwal.AssignmentKey(p))
@@ -832,19 +833,19 @@ func (e *env) nodeSession(id streamwal.NodeID, session string) *fakeNode {
 			n.mu.Unlock()
 		}
 		if err == nil {
-			err = n.refusal(req.PChannel)
+			err = n.refusal(p.String())
 		}
 		if err != nil {
 			_ = wire.Respond(m, nil, err)
 			return
 		}
-		_ = wire.Respond(m, n.serve(req.PChannel, req.Term), nil)
+		_ = wire.Respond(m, n.serve(p.String(), req.Term), nil)
 	})
 	require.NoError(t, err)
 	cl, err := e.nc.Subscribe(testCluster.NodeSubject(id, streamwal.NodeClose), func(m *nats.Msg) {
 		var req wire.CloseRequest
 		if err := wire.Decode(m.Data, &req); err == nil {
-			n.unserve(req.PChannel)
+			n.unserve(req.PChannel.String())
 		}
 		_ = wire.Respond(m, nil, nil)
 	})

@@ -16,7 +16,7 @@ import (
 // scopedTSO asks for n TimeTicks for the WAL of p under term.
 func (e *env) scopedTSO(p string, term uint64, n uint32) (messages.TimeTick, error) {
 	var r wire.TSOReply
-	err := e.call(streamwal.CoordTSO, wire.TSORequest{Count: n, PChannel: p, Term: term}, &r)
+	err := e.call(streamwal.CoordTSO, map[string]any{"count": n, "pchannel": p, "term": term}, &r)
 	return r.First, err
 }
 
@@ -43,9 +43,9 @@ func TestTSORefusesASupersededOwner(t *testing.T) {
 		if wire.Decode(m.Data, &req) != nil || req.Term < 2 {
 			return
 		}
-		_, err := e.scopedTSO(req.PChannel, req.Term-1, 1)
+		_, err := e.scopedTSO(req.PChannel.String(), req.Term-1, 1)
 		mu.Lock()
-		atOpen[req.PChannel] = err
+		atOpen[req.PChannel.String()] = err
 		mu.Unlock()
 	})
 	require.NoError(t, err)
@@ -88,7 +88,7 @@ func TestTSORefusesABadScope(t *testing.T) {
 	e := newEnv(t)
 	e.waitActive(5*time.Second, e.start("a"))
 	p := pchannelNames(t)[0]
-	for _, req := range []wire.TSORequest{{Count: 1, PChannel: p}, {Count: 1, Term: 1}, {Count: 1, PChannel: "nope_0", Term: 1}} {
+	for _, req := range []map[string]any{{"count": 1, "pchannel": p}, {"count": 1, "term": 1}, {"count": 1, "pchannel": "nope_0", "term": 1}} {
 		var r wire.TSOReply
 		require.ErrorIs(t, e.call(streamwal.CoordTSO, req, &r), streamwal.ErrInvalidArgument, "%+v", req)
 	}

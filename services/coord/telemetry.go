@@ -58,23 +58,17 @@ func (ctl *control) noteStuck() {
 }
 
 // handleTSO serves an allocation request (allocateTSO) and reports it.
-func (t *tenure) handleTSO(ctx context.Context, data []byte) (any, error) {
-	reply, err := t.allocateTSO(ctx, data)
-	if hooks := t.c.cfg.Hooks; len(hooks) > 0 {
-		var req wire.TSORequest
-		_ = wire.Decode(data, &req)
-		hooks.OnTSO(telemetry.TSOEvent{Count: req.Count, Err: err})
-	}
+func (t *tenure) handleTSO(ctx context.Context, req wire.TSORequest) (wire.TSOReply, error) {
+	reply, err := t.allocateTSO(ctx, req)
+	t.c.cfg.Hooks.OnTSO(telemetry.TSOEvent{Count: req.Count, Err: err})
 	return reply, err
 }
 
 // handleBroadcast serves a broadcast request (runBroadcast) and reports
 // it.
-func (t *tenure) handleBroadcast(ctx context.Context, data []byte) (any, error) {
+func (t *tenure) handleBroadcast(ctx context.Context, req wire.BroadcastRequest) (wire.BroadcastReply, error) {
 	start := time.Now()
-	reply, err := t.runBroadcast(ctx, data)
-	var req wire.BroadcastRequest
-	_ = wire.Decode(data, &req)
+	reply, err := t.runBroadcast(ctx, req)
 	took := time.Since(start)
 	t.c.cfg.Hooks.OnBroadcast(telemetry.BroadcastEvent{Type: req.Type, Targets: len(req.VChannels), Took: took, Err: err})
 	return reply, err

@@ -104,13 +104,13 @@ func (t *tenure) subscribe() error {
 		h     wire.Handler
 		async bool
 	}{
-		{streamwal.CoordTSO, t.handleTSO, false},
-		{streamwal.CoordAllocate, t.ctl.handleAllocate, false},
-		{streamwal.CoordRelease, t.ctl.handleRelease, false},
+		{streamwal.CoordTSO, wire.Handle(t.handleTSO), false},
+		{streamwal.CoordAllocate, wire.Handle(t.ctl.handleAllocate), false},
+		{streamwal.CoordRelease, wire.Handle(t.ctl.handleRelease), false},
 		{streamwal.CoordBalance, t.ctl.handleBalance, false},
 		{streamwal.CoordStatus, t.ctl.handleStatus, false},
-		{streamwal.CoordBroadcast, t.handleBroadcast, true},
-		{streamwal.CoordBroadcastAck, t.handleBroadcastAck, true},
+		{streamwal.CoordBroadcast, wire.Handle(t.handleBroadcast), true},
+		{streamwal.CoordBroadcastAck, wire.Handle(t.handleBroadcastAck), true},
 	} {
 		sub, err := cl.Subscribe(t.c.cfg.Cluster.CoordSubject(h.op), t.serve(h.op, h.h, h.async))
 		if err != nil {
@@ -162,23 +162,19 @@ func (t *tenure) serve(op streamwal.CoordOp, h wire.Handler, async bool) nats.Ms
 // the reservations: the new owner draws its barrier's TimeTick only after
 // its term was recorded, so every TimeTick its predecessor got (a batch
 // included) is below the barrier's.
-func (t *tenure) allocateTSO(ctx context.Context, data []byte) (any, error) {
-	var req wire.TSORequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
+func (t *tenure) allocateTSO(ctx context.Context, req wire.TSORequest) (wire.TSOReply, error) {
 	t.tsoMu.Lock()
 	defer t.tsoMu.Unlock()
 	if err := t.terms.admit(req); err != nil {
-		return nil, err
+		return wire.TSOReply{}, err
 	}
 	first, last, bound, err := t.tso.reserve(time.Now(), req.Count)
 	if err != nil {
-		return nil, err
+		return wire.TSOReply{}, err
 	}
 	if bound != 0 {
 		if err := t.tsoStore.put(ctx, streamwal.KeyTSOBound, tsoRecord{Bound: bound, Epoch: t.epoch}); err != nil {
-			return nil, err
+			return wire.TSOReply{}, err
 		}
 	}
 	t.tso.commit(last, bound)

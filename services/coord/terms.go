@@ -14,21 +14,21 @@ import (
 // concurrent use.
 type termTable struct {
 	mu    sync.RWMutex
-	terms map[string]uint64
+	terms map[streamwal.PChannel]uint64
 }
 
 // newTermTable is an empty table.
-func newTermTable() *termTable { return &termTable{terms: map[string]uint64{}} }
+func newTermTable() *termTable { return &termTable{terms: map[streamwal.PChannel]uint64{}} }
 
 // set records that pchannel is assigned under term (never lowering it).
-func (tt *termTable) set(pchannel string, term uint64) {
+func (tt *termTable) set(pchannel streamwal.PChannel, term uint64) {
 	tt.mu.Lock()
 	defer tt.mu.Unlock()
 	tt.terms[pchannel] = max(tt.terms[pchannel], term)
 }
 
 // get is pchannel's term, and whether pchannel is known.
-func (tt *termTable) get(pchannel string) (uint64, bool) {
+func (tt *termTable) get(pchannel streamwal.PChannel) (uint64, bool) {
 	tt.mu.RLock()
 	defer tt.mu.RUnlock()
 	term, ok := tt.terms[pchannel]
@@ -39,10 +39,10 @@ func (tt *termTable) get(pchannel string) (uint64, bool) {
 // PChannel under a term below the one the PChannel is assigned under. An
 // unscoped request (no PChannel, no term) is admitted.
 func (tt *termTable) admit(req wire.TSORequest) error {
-	if req.PChannel == "" && req.Term == 0 {
+	if req.PChannel.IsZero() && req.Term == 0 {
 		return nil
 	}
-	if req.PChannel == "" || req.Term == 0 {
+	if req.PChannel.IsZero() || req.Term == 0 {
 		return streamwal.Errorf(streamwal.CodeInvalidArgument, "tso request scoped to pchannel %q under term %d: give both or neither", req.PChannel, req.Term)
 	}
 	cur, ok := tt.get(req.PChannel)

@@ -55,5 +55,5 @@ func TestWALOracleIsScopedAndNotRetriedWhenFenced(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []wire.TSORequest{{Count: 16, PChannel: p.String(), Term: 1}, {Count: 16, PChannel: p.String(), Term: 2}}, got)
+	require.Equal(t, []wire.TSORequest{{Count: 16, PChannel: p, Term: 1}, {Count: 16, PChannel: p, Term: 2}}, got)
 }

@@ -42,14 +42,10 @@ func (n *Node) opLock(p streamwal.PChannel) *sync.Mutex {
 // handleOpen opens a PChannel's WAL under the requested term and starts
 // serving its append subject. Opening the term already open is a no-op.
 // The reply confirms the PChannel as served in this session.
-func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
-	var req wire.OpenRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
-	p, err := streamwal.ParsePChannel(req.PChannel)
+func (n *Node) handleOpen(ctx context.Context, req wire.OpenRequest) (wire.OpenReply, error) {
+	p, err := named(req.PChannel)
 	if err != nil {
-		return nil, err
+		return wire.OpenReply{}, err
 	}
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -70,20 +66,29 @@ func (n *Node) handleOpen(ctx context.Context, data []byte) (any, error) {
 	return reply, err
 }
 
+// named refuses the zero PChannel: a request that names none (the other
+// bad names are refused as the request is decoded).
+func named(p streamwal.PChannel) (streamwal.PChannel, error) {
+	if p.IsZero() {
+		return p, streamwal.Errorf(streamwal.CodeInvalidArgument, "request names no pchannel")
+	}
+	return p, nil
+}
+
 // open opens p under term, one open or close of p at a time.
-func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any, error) {
+func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (wire.OpenReply, error) {
 	l := n.opLock(p)
 	l.Lock()
 	defer l.Unlock()
 	if err := ctx.Err(); err != nil {
-		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "open %s under term %d: gave up waiting for an earlier open: %v", p, term, err)
+		return wire.OpenReply{}, streamwal.Errorf(streamwal.CodeUnavailable, "open %s under term %d: gave up waiting for an earlier open: %v", p, term, err)
 	}
 	if cur, ok := n.WAL(p); ok {
 		if cur.Term() == term && cur.Err() == nil {
 			return n.confirm(cur), nil
 		}
 		if cur.Term() > term {
-			return nil, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), term)
+			return wire.OpenReply{}, streamwal.Errorf(streamwal.CodeTermMismatch, "%s is open under term %d, not %d", p, cur.Term(), term)
 		}
 		if n.drop(p, cur, "superseded by term "+strconv.FormatUint(term, 10)) {
 			n.noteClose(p, cur.Term(), telemetry.ReasonSuperseded)
@@ -92,11 +97,11 @@ func (n *Node) open(ctx context.Context, p streamwal.PChannel, term uint64) (any
 	w, err := wal.Open(ctx, wal.Config{Backend: n.be, Codec: n.cfg.Codec, PChannel: p, Term: term, Node: string(n.cfg.ID),
 		Oracle: n.oracle.For(p, term), SyncInterval: n.cfg.SyncInterval, Ticks: n.cfg.Conn, Logger: n.log, Storage: n.storage(p)})
 	if err != nil {
-		return nil, err
+		return wire.OpenReply{}, err
 	}
 	if err := n.serve(p, w); err != nil {
 		_ = w.Close()
-		return nil, err
+		return wire.OpenReply{}, err
 	}
 	r := w.Recovered()
 	n.log.Info().Str("pchannel", p.String()).Uint64("term", term).Uint64("from", uint64(r.From)).Uint64("checkpoint", uint64(r.Checkpoint)).
@@ -179,14 +184,10 @@ func (n *Node) drop(p streamwal.PChannel, w *wal.WAL, why string) bool {
 }
 
 // handleClose closes a PChannel's WAL (of the given term, or any).
-func (n *Node) handleClose(_ context.Context, data []byte) (any, error) {
-	var req wire.CloseRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
-	p, err := streamwal.ParsePChannel(req.PChannel)
+func (n *Node) handleClose(_ context.Context, req wire.CloseRequest) (wire.None, error) {
+	p, err := named(req.PChannel)
 	if err != nil {
-		return nil, err
+		return wire.None{}, err
 	}
 	l := n.opLock(p)
 	l.Lock()
@@ -198,7 +199,7 @@ func (n *Node) handleClose(_ context.Context, data []byte) (any, error) {
 			n.log.Info().Str("pchannel", p.String()).Uint64("term", cur.Term()).Msg("closed")
 		}
 	}
-	return nil, nil
+	return wire.None{}, nil
 }
 
 // handleStatus describes the open WALs.
@@ -213,8 +214,13 @@ func (n *Node) handleStatus(context.Context, []byte) (any, error) {
 }
 
 // appendHandler serves append requests for w, each in its own goroutine
-// (bounded), so that requests pipeline into the WAL.
+// (bounded), so that requests pipeline into the WAL. The typed handler
+// costs no allocation more per request than decoding by hand
+// (wire.TestHandleAllocatesNoMore), and the request keeps sharing m.Data.
 func (n *Node) appendHandler(w *wal.WAL) nats.MsgHandler {
+	h := wire.Handle(func(_ context.Context, req wire.AppendRequest) (wire.AppendReply, error) {
+		return n.appendRequest(w, req)
+	})
 	return func(m *nats.Msg) {
 		n.inflight.Add(1)
 		select {
@@ -227,7 +233,7 @@ func (n *Node) appendHandler(w *wal.WAL) nats.MsgHandler {
 		go func() {
 			defer n.inflight.Done()
 			defer func() { <-n.requests }()
-			body, err := n.appendRequest(w, m.Data)
+			body, err := h(context.Background(), m.Data)
 			_ = wire.Respond(m, body, err)
 		}()
 	}
@@ -237,13 +243,9 @@ func (n *Node) appendHandler(w *wal.WAL) nats.MsgHandler {
 const appendTimeout = 30 * time.Second
 
 // appendRequest appends the messages of one request.
-func (n *Node) appendRequest(w *wal.WAL, data []byte) (any, error) {
-	var req wire.AppendRequest
-	if err := wire.Decode(data, &req); err != nil {
-		return nil, err
-	}
+func (n *Node) appendRequest(w *wal.WAL, req wire.AppendRequest) (wire.AppendReply, error) {
 	if len(req.Messages) == 0 {
-		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "append request without messages")
+		return wire.AppendReply{}, streamwal.Errorf(streamwal.CodeInvalidArgument, "append request without messages")
 	}
 	start := time.Now()
 	n.cfg.Hooks.OnAppendStart(telemetry.AppendStartEvent{PChannel: w.PChannel(), Messages: len(req.Messages)})
@@ -290,13 +292,13 @@ const oracleBudget = 5 * time.Second
 // For is the oracle of p's WAL under term: the coordinator refuses it
 // (streamwal.CodeFenced) once p is assigned under a later term.
 func (o *remoteOracle) For(p streamwal.PChannel, term uint64) timetick.Oracle {
-	return &walOracle{o: o, pchannel: p.String(), term: term}
+	return &walOracle{o: o, pchannel: p, term: term}
 }
 
 // walOracle is the view of a remoteOracle one WAL draws from.
 type walOracle struct {
 	o        *remoteOracle
-	pchannel string
+	pchannel streamwal.PChannel
 	term     uint64
 }
 

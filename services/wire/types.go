@@ -16,9 +16,9 @@ import (
 // TimeTick above its successor's RecoveryBarrier. Without them (both
 // absent) nothing is checked.
 type TSORequest struct {
-	Count    uint32 `json:"count"`
-	PChannel string `json:"pchannel,omitempty"`
-	Term     uint64 `json:"term,omitempty"`
+	Count    uint32             `json:"count"`
+	PChannel streamwal.PChannel `json:"pchannel,omitzero"`
+	Term     uint64             `json:"term,omitempty"`
 }
 
 // TSOReply is the first of them.
@@ -28,8 +28,8 @@ type TSOReply struct {
 
 // OpenRequest tells a node to open a PChannel's WAL under Term.
 type OpenRequest struct {
-	PChannel string `json:"pchannel"`
-	Term     uint64 `json:"term"`
+	PChannel streamwal.PChannel `json:"pchannel"`
+	Term     uint64             `json:"term"`
 	// Timeout is how long the coordinator waits for the open; the node
 	// gives up after it too, so that a slow replay does not go on under a
 	// term the coordinator has already given up on.
@@ -49,8 +49,8 @@ type OpenReply struct {
 // CloseRequest tells a node to close a PChannel's WAL (of Term, or of any
 // term when zero).
 type CloseRequest struct {
-	PChannel string `json:"pchannel"`
-	Term     uint64 `json:"term,omitempty"`
+	PChannel streamwal.PChannel `json:"pchannel"`
+	Term     uint64             `json:"term,omitempty"`
 }
 
 // NodeStatusReply is what a node serves.
