@@ -81,6 +81,11 @@ type Config struct {
 	// Recovery configures recovery storage, shard management and
 	// truncation (DESIGN.md §10); on unless Recovery.Off.
 	Recovery RecoveryOptions
+	// WrapBackend, if set, wraps the backend the node builds (on Conn,
+	// with the Backend options): every WAL of the node writes and reads
+	// through what it returns. Tests inject backend faults with it (see
+	// jetstream/faulty); nil uses the backend as built.
+	WrapBackend func(*jetstream.JetStream) WALBackend
 	// Hooks receive the node's events (appends, each message appended,
 	// opens, closes, fencing, heartbeats, recovery storage) and those of
 	// its WAL writers (see package telemetry); none by default. Tracing
@@ -88,6 +93,16 @@ type Config struct {
 	// a message that carries a trace context wal.append and
 	// wal.appendimpl spans.
 	Hooks telemetry.Hooks
+}
+
+// WALBackend is what a node needs of its backend: the WALs' backend,
+// recovery storage's tiers and the backend's options.
+// *jetstream.JetStream implements it, as does jetstream/faulty's wrapper
+// of one.
+type WALBackend interface {
+	jetstream.Backend
+	wal.Tiers
+	Options() jetstream.Options
 }
 
 // DefaultRetain is how much of the log, by age, a node keeps in its
@@ -183,7 +198,7 @@ type Node struct {
 	log     zerolog.Logger
 	session string
 	started time.Time // when this session began
-	be      *jetstream.JetStream
+	be      WALBackend
 	nodes   njs.KeyValue
 	oracle  *remoteOracle
 	store   recovery.Store // nil with Recovery.Off
@@ -231,9 +246,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if len(cfg.Hooks) > 0 {
 		cfg.Backend.Hooks = append(slices.Clip(cfg.Backend.Hooks), cfg.Hooks)
 	}
-	be, err := jetstream.New(cfg.Conn, cfg.Codec, cfg.Backend)
+	js, err := jetstream.New(cfg.Conn, cfg.Codec, cfg.Backend)
 	if err != nil {
 		return nil, err
+	}
+	var be WALBackend = js
+	if cfg.WrapBackend != nil {
+		be = cfg.WrapBackend(js)
 	}
 	n := &Node{cfg: cfg, be: be, session: nuid.Next(), started: time.Now().UTC(),
 		log:      logging.Component(cfg.Logger, "node").With().Str("node", string(cfg.ID)).Logger(),
