@@ -370,3 +370,61 @@ func TestFaultyCloseFinishesAppendsInFlight(t *testing.T) {
 		t.Fatal("Close did not return")
 	}
 }
+
+// TestFaultyRetryOfUnknownOutcomeIsNotStoredTwice: an insert whose outcome
+// the writer cannot tell (it landed) fails with the unknown outcome while
+// the WAL goes on serving; the client's retry under the same message ID
+// is recognised as a duplicate and answered with the message that
+// landed: the stream holds it once.
+func TestFaultyRetryOfUnknownOutcomeIsNotStoredTwice(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := startFaultyNode(t, ctx, nil)
+	p := f.serving(ctx)
+	v, err := p.VChannel(1, 0)
+	require.NoError(t, err)
+	require.Nil(t, f.createCollection(ctx, v).Error)
+	w, _ := f.node().WAL(p)
+
+	insert := func() *messages.MutableMessage {
+		m, err := f.sys.Codec.New(messages.TypeInsert, v, []byte("unknown"), messages.WithDML(0, 1), messages.WithMsgID("retried"))
+		require.NoError(t, err)
+		return m
+	}
+	f.fb.SetInjector(faulty.Once(faulty.When(insertOf("unknown"), faulty.Fault{Err: faulty.UnknownOutcome(), After: true})))
+	reply, err := f.request(ctx, p, insert())
+	require.NoError(t, err)
+	require.NotNil(t, reply.Results[0].Error)
+	require.Equal(t, streamwal.CodeUnknownOutcome, reply.Results[0].Error.Code)
+	require.NoError(t, w.Err(), "the WAL goes on serving")
+
+	reply, err = f.request(ctx, p, insert())
+	require.NoError(t, err)
+	require.Nil(t, reply.Results[0].Error)
+	landed := reply.Results[0].ID
+	cur, ok := f.node().WAL(p)
+	require.True(t, ok)
+	require.Same(t, w, cur)
+
+	sc, err := f.fb.Unwrap().Read(ctx, p, jetstream.ReadOptions{Start: jetstream.Earliest()})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, sc.Close()) }()
+	copies := 0
+	last, err := f.sys.Codec.New(messages.TypeInsert, v, []byte("last"), messages.WithDML(0, 1))
+	require.NoError(t, err)
+	reply, err = f.request(ctx, p, last)
+	require.NoError(t, err)
+	require.Nil(t, reply.Results[0].Error)
+	for {
+		m, err := sc.Next(ctx)
+		require.NoError(t, err)
+		if m.Type() == messages.TypeInsert && string(m.Payload()) == "unknown" {
+			copies++
+			require.Equal(t, landed, m.ID(), "the retry is answered with the message that landed")
+		}
+		if m.ID() >= reply.Results[0].ID {
+			break
+		}
+	}
+	require.Equal(t, 1, copies)
+}
