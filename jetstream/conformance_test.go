@@ -23,19 +23,23 @@ func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 // group commit on a server that fsyncs every write, once with an archive
 // of small objects (so that truncations write several and merge them);
 // and on a three-server cluster with every stream at 3 replicas (see
-// TestConformanceReplicas).
+// TestConformanceReplicas). The archive changes nothing a writer does, so
+// its run fences in a few rounds only (fence; 0 is the suite's default).
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
-		name string
-		sync bool
-		opts jetstream.Options
+		name  string
+		sync  bool
+		opts  jetstream.Options
+		fence int
 	}{
-		{"default", false, jetstream.Options{}},
-		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}},
-		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}},
+		{"default", false, jetstream.Options{}, 0},
+		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}, 0},
+		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}, 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			conformance.Run(t, jetStreamHarness(t, c.sync, c.opts))
+			h := jetStreamHarness(t, c.sync, c.opts)
+			h.FenceIterations = c.fence
+			conformance.Run(t, h)
 		})
 	}
 }
