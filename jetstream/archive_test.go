@@ -12,7 +12,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/streamwal/streamwal"
-	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/testbed"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -29,24 +29,11 @@ type archiveEnv struct {
 // newArchiveEnv starts a server and a backend with opts (Archive set).
 func newArchiveEnv(t *testing.T, opts jetstream.Options) *archiveEnv {
 	t.Helper()
-	srv := embedded.StartTest(t)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	codec, err := messages.NewCodec("arch", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts.Archive = true
-	b, err := jetstream.New(nc, codec, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := testbed.Start(t, testbed.Config{Cluster: "arch", Backend: opts})
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	return &archiveEnv{t: t, ctx: ctx, nc: nc, codec: codec, b: b}
+	return &archiveEnv{t: t, ctx: ctx, nc: tb.Conn, codec: tb.Codec, b: tb.Backend}
 }
 
 // pchannel returns PChannel i of the test.

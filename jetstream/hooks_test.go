@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
-	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/testbed"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
@@ -36,15 +36,9 @@ func (c *unitCounter) OnUnit(e telemetry.UnitEvent) {
 // TestWriterHooksFeedUnits: the writer's units reach its backend's hooks,
 // exactly as its Stats count them.
 func TestWriterHooksFeedUnits(t *testing.T) {
-	srv := embedded.StartTest(t)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
-	codec, err := messages.NewCodec("c1", nil)
-	require.NoError(t, err)
 	hook := &unitCounter{pchannels: map[streamwal.PChannel]bool{}}
-	b, err := jetstream.New(nc, codec, jetstream.Options{Hooks: telemetry.Hooks{hook}})
-	require.NoError(t, err)
+	tb := testbed.Start(t, testbed.Config{Cluster: "c1", Backend: jetstream.Options{Hooks: telemetry.Hooks{hook}}})
+	b, codec := tb.Backend, tb.Codec
 	p, _ := streamwal.NewPChannel("pchan", 0)
 	v, _ := p.VChannel(1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

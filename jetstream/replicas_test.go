@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/testbed"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -74,17 +75,10 @@ func clusterJS(t *testing.T, cl *embedded.Cluster) njs.JetStream {
 // (and creates none), then the last MessageID written, and leaves no
 // consumer behind.
 func TestLastNeedsNoConsumer(t *testing.T) {
-	srv := embedded.StartTest(t)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
+	tb := testbed.Start(t, testbed.Config{Cluster: "last"})
+	nc, codec, b := tb.Conn, tb.Codec, tb.Backend
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	codec, err := messages.NewCodec("last", nil)
-	require.NoError(t, err)
-	b, err := jetstream.New(nc, codec, jetstream.Options{})
-	require.NoError(t, err)
-	defer func() { _ = b.Close() }()
 	p, err := streamwal.NewPChannel("pchan", 0)
 	require.NoError(t, err)
 	last, err := b.Last(ctx, p)

@@ -9,20 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
-	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/testbed"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 )
 
 func TestSmokeAppendRead(t *testing.T) {
-	srv := embedded.StartTest(t)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	defer nc.Close()
-	codec, err := messages.NewCodec("c1", nil)
-	require.NoError(t, err)
-	b, err := jetstream.New(nc, codec, jetstream.Options{})
-	require.NoError(t, err)
+	tb := testbed.Start(t, testbed.Config{Cluster: "c1"})
+	b, codec := tb.Backend, tb.Codec
 	p, _ := streamwal.NewPChannel("pchan", 0)
 	v, _ := p.VChannel(1, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

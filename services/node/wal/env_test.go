@@ -10,6 +10,7 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/embedded"
+	"github.com/streamwal/streamwal/internal/testbed"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/node/timetick"
@@ -34,18 +35,10 @@ type env struct {
 // newEnv starts a server for t.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := embedded.StartTest(t)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	codec, err := messages.NewCodec("test", nil)
-	require.NoError(t, err)
-	be, err := jetstream.New(nc, codec, jetstream.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = be.Close() })
+	b := testbed.Start(t, testbed.Config{})
 	p, err := streamwal.NewPChannel("p", 0)
 	require.NoError(t, err)
-	return &env{t: t, nc: nc, backend: be, codec: codec, oracle: timetick.NewLocalOracle(nil), p: p}
+	return &env{t: t, nc: b.Conn, backend: b.Backend, codec: b.Codec, oracle: timetick.NewLocalOracle(nil), p: p}
 }
 
 // config is the WAL configuration of term, with a sync interval long
