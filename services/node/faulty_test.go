@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
@@ -35,17 +36,21 @@ type faultyNode struct {
 }
 
 // startFaultyNode starts the system with inj as the backend's injector.
-func startFaultyNode(t *testing.T, ctx context.Context, inj faulty.Injector) *faultyNode {
+// Each of opts changes the node's configuration.
+func startFaultyNode(t *testing.T, ctx context.Context, inj faulty.Injector, opts ...func(*node.Config)) *faultyNode {
 	t.Helper()
 	var fb atomic.Pointer[faulty.Backend]
 	rec := &recorder{}
+	cfg := node.Config{Hooks: telemetry.Hooks{rec}, WrapBackend: func(js *jetstream.JetStream) node.WALBackend {
+		b := faulty.New(js, inj)
+		fb.Store(b)
+		return b
+	}}
+	for _, o := range opts {
+		o(&cfg)
+	}
 	sys, err := system.Start(ctx, system.Options{Cluster: "faulty", ServerOptions: embedded.Options{StoreDir: t.TempDir()},
-		Coord: coord.Config{PChannels: 1},
-		Node: node.Config{Hooks: telemetry.Hooks{rec}, WrapBackend: func(js *jetstream.JetStream) node.WALBackend {
-			b := faulty.New(js, inj)
-			fb.Store(b)
-			return b
-		}}})
+		Coord: coord.Config{PChannels: 1}, Node: cfg})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	require.NotNil(t, fb.Load(), "the node wrapped its backend")
@@ -306,32 +311,8 @@ func TestFaultyCloseFinishesAppendsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, f.createCollection(ctx, v).Error)
 
-	gate, reached := make(chan struct{}), make(chan struct{})
-	var release sync.Once
-	open := func() { release.Do(func() { close(gate) }) }
+	open, results := f.holdAppend(ctx, t, v)
 	defer open()
-	held := faulty.Once(faulty.When(insertOf("held"), faulty.Fault{Hold: gate}))
-	f.fb.SetInjector(faulty.InjectorFunc(func(c faulty.Call) faulty.Fault {
-		got := held.Inject(c)
-		if got.Hold != nil {
-			close(reached)
-		}
-		return got
-	}))
-	type result struct {
-		reply wire.AppendReply
-		err   error
-	}
-	results := make(chan result, 1)
-	go func() {
-		reply, err := f.request(ctx, p, f.insert(v, "held"))
-		results <- result{reply, err}
-	}()
-	select {
-	case <-reached:
-	case <-ctx.Done():
-		t.Fatal("the append never reached the writer")
-	}
 	n := f.node()
 	closed := make(chan struct{})
 	go func() {
@@ -355,7 +336,7 @@ func TestFaultyCloseFinishesAppendsInFlight(t *testing.T) {
 	default:
 	}
 	open()
-	var got result
+	var got appendResult
 	select {
 	case got = <-results:
 	case <-ctx.Done():
@@ -427,4 +408,79 @@ func TestFaultyRetryOfUnknownOutcomeIsNotStoredTwice(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, copies)
+}
+
+// appendResult is the outcome of an append request.
+type appendResult struct {
+	reply wire.AppendReply
+	err   error
+}
+
+// holdAppend sends an insert to v's PChannel and returns once the
+// backend holds its append, with the func that lets it through (called
+// at the end of the test at the latest) and where the reply arrives.
+func (f *faultyNode) holdAppend(ctx context.Context, t *testing.T, v streamwal.VChannel) (func(), <-chan appendResult) {
+	t.Helper()
+	gate, reached := make(chan struct{}), make(chan struct{})
+	var release sync.Once
+	open := func() { release.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	held := faulty.Once(faulty.When(insertOf("held"), faulty.Fault{Hold: gate}))
+	f.fb.SetInjector(faulty.InjectorFunc(func(c faulty.Call) faulty.Fault {
+		got := held.Inject(c)
+		if got.Hold != nil {
+			close(reached)
+		}
+		return got
+	}))
+	results := make(chan appendResult, 1)
+	m := f.insert(v, "held")
+	go func() {
+		reply, err := f.request(ctx, v.PChannel(), m)
+		results <- appendResult{reply, err}
+	}()
+	select {
+	case <-reached:
+	case <-ctx.Done():
+		t.Fatal("the append never reached the writer")
+	}
+	return open, results
+}
+
+// TestFaultyCloseIsBounded: an append the backend holds past the close
+// budget does not hold a graceful Close's goodbye back: the node closes
+// its WALs within a bounded time and deletes its registration while the
+// append is still held.
+func TestFaultyCloseIsBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	f := startFaultyNode(t, ctx, nil, func(c *node.Config) { c.CloseBudget = 100 * time.Millisecond })
+	p := f.serving(ctx)
+	v, err := p.VChannel(1, 0)
+	require.NoError(t, err)
+	require.Nil(t, f.createCollection(ctx, v).Error)
+	js, err := njs.New(f.sys.Conn())
+	require.NoError(t, err)
+	nodes, err := js.KeyValue(ctx, f.sys.Codec.Cluster().BucketName(streamwal.BucketNodes))
+	require.NoError(t, err)
+	n := f.node()
+	_, err = nodes.Get(ctx, streamwal.NodeKey(n.ID()))
+	require.NoError(t, err, "the node is registered")
+
+	open, _ := f.holdAppend(ctx, t, v)
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		_ = n.Close()
+	}()
+	require.Eventually(t, func() bool {
+		_, err := nodes.Get(ctx, streamwal.NodeKey(n.ID()))
+		return errors.Is(err, njs.ErrKeyNotFound)
+	}, 30*time.Second, 10*time.Millisecond, "the node said goodbye with the append still held")
+	open()
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("Close did not return")
+	}
 }
