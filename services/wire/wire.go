@@ -2,8 +2,11 @@
 // coordinator and the nodes (DESIGN.md §2, §3): the request and reply
 // types of every `walapi` subject, the KV records the coordinator and the
 // nodes share, and the two halves of a call, [Call] and [Respond], which
-// carry typed errors across the hop with their codes intact. The
-// coordinator and the node never import each other; they meet here.
+// carry typed errors across the hop with their codes intact, and
+// [Handle], which gives every request handler the same prologue (the
+// request decoded into its type, the names in it validated) and
+// epilogue (a typed reply, or the error alone). The coordinator and the
+// node never import each other; they meet here.
 //
 // Everything travels as JSON, replies in an envelope holding a body or an
 // error, except the append request and its reply ([AppendRequest],
@@ -127,7 +130,8 @@ func encodeRequest(req any) ([]byte, error) {
 }
 
 // Handler answers one request: it decodes data into its request type
-// (see Decode) and returns a reply body or an error.
+// (see Decode) and returns a reply body or an error. [Handle] makes one
+// of a typed function.
 type Handler func(ctx context.Context, data []byte) (any, error)
 
 // Respond encodes a handler's result as the reply to m: a body that
