@@ -20,14 +20,18 @@ import (
 // truncates the stream, which may take long (a segment of 100 MiB is read
 // back and written whole) and so never holds a checkpoint back. Each
 // field belongs to one loop (and to Close once both stopped), except
-// persisted, which is guarded by the ledger's mutex (WAL.lmu).
+// persisted and kicked, which are guarded by the ledger's mutex (WAL.lmu).
 type keeper struct {
 	cfg       *Storage
 	pers      *recovery.Persister
 	lastRound time.Time           // storage loop
 	lastTrunc time.Time           // tiering loop
 	persisted recovery.Checkpoint // the last checkpoint written
-	kick      chan struct{}       // wakes the storage loop: enough is dirty
+	// kicked: the storage loop was woken for enough dirty messages and
+	// has not persisted since, so the appends that land meanwhile do not
+	// wake it again, each for a round that minRoundGap holds back.
+	kicked bool
+	kick   chan struct{} // wakes the storage loop: enough is dirty
 	tier      chan struct{}       // wakes the tiering loop: a segment to store
 	done      chan struct{}       // both loops stopped
 }
@@ -38,7 +42,8 @@ func (w *WAL) kickStorage() {
 	if len(w.led.uploads) > 0 {
 		wake(w.st.tier)
 	}
-	if w.led.dirty >= w.st.cfg.Cadence.Dirty {
+	if !w.st.kicked && w.led.dirty >= w.st.cfg.Cadence.Dirty {
+		w.st.kicked = true
 		wake(w.st.kick)
 	}
 }
@@ -57,15 +62,19 @@ func (w *WAL) startStorage() {
 	loops.Add(2)
 	c := w.st.cfg
 	go func() { defer loops.Done(); w.loop(min(c.Cadence.Interval, gapPatience/2), w.st.kick, w.storageRound) }()
-	go func() { defer loops.Done(); w.loop(min(c.TruncateInterval, time.Second), w.st.tier, w.tieringRound) }()
+	go func() {
+		defer loops.Done()
+		w.loop(min(c.TruncateInterval, time.Second), w.st.tier, func(ctx context.Context) time.Duration { w.tieringRound(ctx); return 0 })
+	}()
 	go func() { loops.Wait(); close(w.st.done) }()
 }
 
-// loop runs round every period, and whenever kick fires, until the WAL
-// stops.
-func (w *WAL) loop(period time.Duration, kick <-chan struct{}, round func(context.Context)) {
+// loop runs round every period, whenever kick fires, and when the last
+// round asked to run again after a while, until the WAL stops.
+func (w *WAL) loop(period time.Duration, kick <-chan struct{}, round func(context.Context) (again time.Duration)) {
 	t := time.NewTicker(period)
 	defer t.Stop()
+	var again <-chan time.Time
 	for {
 		select {
 		case <-w.stop:
@@ -74,17 +83,24 @@ func (w *WAL) loop(period time.Duration, kick <-chan struct{}, round func(contex
 			return
 		case <-t.C:
 		case <-kick:
+		case <-again:
 		}
-		round(w.alive)
+		again = nil
+		if d := round(w.alive); d > 0 {
+			again = time.After(d)
+		}
 	}
 }
 
-// storageRound is one turn of the storage loop.
-func (w *WAL) storageRound(ctx context.Context) {
+// storageRound is one turn of the storage loop; it asks to run again
+// once minRoundGap lets a round that is due go.
+func (w *WAL) storageRound(ctx context.Context) time.Duration {
 	w.fillGap(ctx, gapPatience)
-	if err := w.persist(ctx, false); err != nil {
+	again, err := w.persist(ctx, false)
+	if err != nil {
 		w.log.Warn().Err(err).Msg("checkpoint not persisted; will retry")
 	}
+	return again
 }
 
 // tieringRound is one turn of the tiering loop.
@@ -126,17 +142,24 @@ func (w *WAL) fillGap(ctx context.Context, patience time.Duration) {
 
 // persist writes a round if one is due (or, when final, if anything is
 // dirty): metadata first, the checkpoint last (see recovery.Persister).
-func (w *WAL) persist(ctx context.Context, final bool) error {
+// When enough is dirty but the last round was less than minRoundGap ago,
+// it writes nothing and says how long until it may (again).
+func (w *WAL) persist(ctx context.Context, final bool) (again time.Duration, err error) {
 	now := time.Now()
 	w.mu.Lock()
 	reached := w.maxAcked
 	w.mu.Unlock()
 	w.lmu.Lock()
-	due := w.led.dirty > 0 && (final || now.Sub(w.st.lastRound) >= minRoundGap && w.st.cfg.Cadence.Due(now, w.st.lastRound, w.led.dirty))
+	gap := minRoundGap - now.Sub(w.st.lastRound)
+	due := w.led.dirty > 0 && (final || gap <= 0 && w.st.cfg.Cadence.Due(now, w.st.lastRound, w.led.dirty))
 	if !due {
+		if w.st.kicked && gap > 0 {
+			again = gap
+		}
 		w.lmu.Unlock()
-		return nil
+		return again, nil
 	}
+	w.st.kicked = false
 	snap, err := w.led.snapshot(reached)
 	dirty := w.led.dirty
 	w.led.dirty = 0
@@ -152,17 +175,17 @@ func (w *WAL) persist(ctx context.Context, final bool) error {
 		w.mu.Lock()
 		w.failLocked(streamwal.Errorf(streamwal.CodeFenced, "%s under term %d: a newer owner holds the checkpoint: %w", w.cfg.PChannel, w.cfg.Term, err))
 		w.mu.Unlock()
-		return err
+		return 0, err
 	}
 	w.lmu.Lock()
 	defer w.lmu.Unlock()
 	if err != nil {
 		w.led.dirty += dirty
-		return err
+		return 0, err
 	}
 	w.st.lastRound = now
 	w.st.persisted = snap.Checkpoint
-	return nil
+	return 0, nil
 }
 
 // digest records the digest of the checkpoint's last consumed message, as
@@ -341,7 +364,7 @@ func (w *WAL) finalRound() {
 	ctx, cancel := context.WithTimeout(context.Background(), closeBudget)
 	defer cancel()
 	w.fillGap(ctx, 0)
-	if err := w.persist(ctx, true); err != nil && !errors.Is(err, streamwal.ErrFenced) {
+	if _, err := w.persist(ctx, true); err != nil && !errors.Is(err, streamwal.ErrFenced) {
 		w.log.Warn().Err(err).Msg("final checkpoint not persisted")
 	}
 }
