@@ -32,8 +32,8 @@ type keeper struct {
 	// wake it again, each for a round that minRoundGap holds back.
 	kicked bool
 	kick   chan struct{} // wakes the storage loop: enough is dirty
-	tier      chan struct{}       // wakes the tiering loop: a segment to store
-	done      chan struct{}       // both loops stopped
+	tier   chan struct{} // wakes the tiering loop: a segment to store
+	done   chan struct{} // both loops stopped
 }
 
 // kickStorage asks for a round now if enough is dirty, and for a tiering
