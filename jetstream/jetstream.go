@@ -109,14 +109,31 @@ func (b *JetStream) Provision(ctx context.Context, p streamwal.PChannel) error {
 		return nil
 	}
 	cfg := b.streamConfig(p)
-	if s, err := b.js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Replicas > cfg.Replicas {
-		// A node started with the default of 1 on a cluster whose streams
-		// keep 3 would otherwise scale them down to one copy.
-		have := s.CachedInfo().Config.Replicas
-		return streamwal.Errorf(streamwal.CodeInvalidArgument,
-			"stream %s of %s has %d replicas and this backend keeps %d: refusing to scale it down (run with %d replicas)", cfg.Name, p, have, cfg.Replicas, have)
-	}
-	if _, err := b.js.CreateOrUpdateStream(ctx, cfg); err != nil {
+	err := InAttempts(ctx, func(ctx context.Context) error {
+		for {
+			if s, err := b.js.Stream(ctx, cfg.Name); err == nil && s.CachedInfo().Config.Replicas > cfg.Replicas {
+				// A node started with the default of 1 on a cluster whose
+				// streams keep 3 would otherwise scale them down to one copy.
+				have := s.CachedInfo().Config.Replicas
+				return streamwal.Errorf(streamwal.CodeInvalidArgument,
+					"stream %s of %s has %d replicas and this backend keeps %d: refusing to scale it down (run with %d replicas)", cfg.Name, p, have, cfg.Replicas, have)
+			}
+			_, err := b.js.CreateOrUpdateStream(ctx, cfg)
+			if !errors.Is(err, njs.ErrStreamNameAlreadyInUse) {
+				return err
+			}
+			// Created by another process at this moment (the update
+			// did not find it, the creation did): look again.
+			if err := pause(ctx); err != nil {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		var se *streamwal.Error
+		if errors.As(err, &se) {
+			return err
+		}
 		return classify(fmt.Errorf("provision stream of %s: %w", p, err))
 	}
 	b.mu.Lock()

@@ -108,16 +108,21 @@ func TestLastNeedsNoConsumer(t *testing.T) {
 
 // TestCreationsRaceOnACluster: two backends keeping 3 replicas, connected
 // to different servers of a three-server cluster, create the object store
-// and a PChannel's stream (as a reader does) at the same moment, as two
-// nodes started together do: every call returns well within its deadline
-// (nats-server 2.15.2 often answers neither of two equal creations of a
-// replicated stream that arrive together; without a bound per attempt,
-// both waited out their deadline).
+// and a PChannel's stream at the same moment, as two nodes started
+// together do, or a writer and a reader: one provisions the stream
+// (OpenWriter does) while the other creates it as a reader does, and both
+// provision a second PChannel's. Every call returns well within its
+// deadline (nats-server 2.15.2 often answers neither of two equal
+// creations of a replicated stream that arrive together, or refuses one
+// as a name already in use while the other is under way; without a bound
+// per attempt, both waited out their deadline).
 func TestCreationsRaceOnACluster(t *testing.T) {
 	cl, ctx, codec, p := startReplicated(t, "race")
 	v, err := p.VChannel(1, 0)
 	require.NoError(t, err)
-	errs := make([]error, 4)
+	p2, err := streamwal.NewPChannel("pchan", 1)
+	require.NoError(t, err)
+	errs := make([]error, 6)
 	var wg sync.WaitGroup
 	for i := range 2 {
 		nc, err := cl.Servers()[i+1].Connect()
@@ -126,8 +131,13 @@ func TestCreationsRaceOnACluster(t *testing.T) {
 		b, err := jetstream.New(nc, codec, jetstream.Options{Replicas: 3})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = b.Close() })
-		wg.Go(func() { _, errs[2*i] = b.Segments(ctx, v) })
-		wg.Go(func() { _, errs[2*i+1] = b.State(ctx, p) })
+		wg.Go(func() { _, errs[3*i] = b.Segments(ctx, v) })
+		if i == 0 {
+			wg.Go(func() { errs[3*i+1] = b.Provision(ctx, p) })
+		} else {
+			wg.Go(func() { _, errs[3*i+1] = b.State(ctx, p) })
+		}
+		wg.Go(func() { errs[3*i+2] = b.Provision(ctx, p2) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -138,6 +148,9 @@ func TestCreationsRaceOnACluster(t *testing.T) {
 	s, err := js.Stream(ctx, codec.Cluster().StreamName(p))
 	require.NoError(t, err)
 	require.Equal(t, 3, s.CachedInfo().Config.Replicas)
+	s2, err := js.Stream(ctx, codec.Cluster().StreamName(p2))
+	require.NoError(t, err)
+	require.Equal(t, 3, s2.CachedInfo().Config.Replicas)
 	obs, err := js.ObjectStore(ctx, codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
 	require.NoError(t, err)
 	st, err := obs.Status(ctx)
