@@ -103,24 +103,18 @@ func (h *subscriptionHolds) expiredLocked(key string, pos wire.SubscriptionPosit
 // run watches the bucket until ctx ends.
 func (h *subscriptionHolds) run(ctx context.Context, js njs.JetStream) {
 	warned := false
-	for ctx.Err() == nil {
+	follow(ctx, holdsRetry, func(ctx context.Context) error {
 		kv, err := js.KeyValue(ctx, h.kvName)
 		if err == nil {
 			err = h.watch(ctx, kv)
 		}
-		if ctx.Err() != nil {
-			return
-		}
+		return err
+	}, func(err error) {
 		if !warned || !errors.Is(err, njs.ErrBucketNotFound) {
 			h.log.Warn().Err(err).Msg("durable subscription positions unread: truncation waits")
 			warned = true
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(holdsRetry):
-		}
-	}
+	})
 }
 
 // watch follows the positions until the watch or ctx ends.

@@ -251,20 +251,28 @@ func (n *Node) watchCoordinator() {
 		return
 	}
 	warned := false
-	for ctx.Err() == nil {
-		err := n.followCoordinator(ctx, js)
-		if ctx.Err() != nil {
-			return
-		}
+	follow(ctx, coordinatorRetry, func(ctx context.Context) error { return n.followCoordinator(ctx, js) }, func(err error) {
 		n.ready.watchFailed(err)
 		if !warned {
 			n.log.Warn().Err(err).Msg("cannot watch the coordinator's lease and assignments: the node is not ready; trying again")
 			warned = true
 		}
+	})
+}
+
+// follow runs watch until ctx ends, again after retry each time it
+// fails, telling failed of each failure.
+func follow(ctx context.Context, retry time.Duration, watch func(context.Context) error, failed func(error)) {
+	for ctx.Err() == nil {
+		err := watch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		failed(err)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(coordinatorRetry):
+		case <-time.After(retry):
 		}
 	}
 }
