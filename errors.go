@@ -51,6 +51,12 @@ const (
 	CodeUnavailable Code = "UNAVAILABLE"
 	// CodeRateLimited: rejected by a rate limit; retriable.
 	CodeRateLimited Code = "RATE_LIMITED"
+	// CodeResourceExhausted: the in-flight limits of a client or node are
+	// full (more load is offered than the server absorbs) and no room
+	// freed within the configured wait; nothing was sent or written, and a
+	// later retry may succeed. Unlike CodeResourceBusy it names no holder
+	// of a lock: it is backpressure.
+	CodeResourceExhausted Code = "RESOURCE_EXHAUSTED"
 	// CodeShuttingDown: the callee is shutting down; retry elsewhere.
 	CodeShuttingDown Code = "ON_SHUTDOWN"
 	// CodeClosed: the local object (writer, scanner, client) was closed.
@@ -77,6 +83,8 @@ var retriable = map[Code]bool{
 	CodeRateLimited:  true,
 	CodeShuttingDown: true,
 	CodeResourceBusy: true,
+
+	CodeResourceExhausted: true,
 }
 
 // Retriable reports whether an operation that failed with code may succeed
@@ -239,6 +247,8 @@ var (
 	ErrHistoryLost     = &Error{Code: CodeHistoryLost}
 	// ErrPermissionDenied matches errors of CodePermissionDenied.
 	ErrPermissionDenied = &Error{Code: CodePermissionDenied}
+	// ErrResourceExhausted matches errors of CodeResourceExhausted.
+	ErrResourceExhausted = &Error{Code: CodeResourceExhausted}
 )
 
 // Sentinels of refusals with a reason; each also matches the sentinel of

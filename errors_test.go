@@ -36,6 +36,7 @@ var allCodes = []struct {
 	{streamwal.CodeNotSecondary, streamwal.ErrNotSecondary, "NOT_SECONDARY"},
 	{streamwal.CodeUnavailable, streamwal.ErrUnavailable, "UNAVAILABLE"},
 	{streamwal.CodeRateLimited, streamwal.ErrRateLimited, "RATE_LIMITED"},
+	{streamwal.CodeResourceExhausted, streamwal.ErrResourceExhausted, "RESOURCE_EXHAUSTED"},
 	{streamwal.CodeShuttingDown, streamwal.ErrShuttingDown, "ON_SHUTDOWN"},
 	{streamwal.CodeClosed, streamwal.ErrClosed, "CLOSED"},
 	{streamwal.CodeUnrecoverable, streamwal.ErrUnrecoverable, "UNRECOVERABLE"},
@@ -53,6 +54,8 @@ var retriableCodes = map[streamwal.Code]bool{
 	streamwal.CodeUnavailable:  true,
 	streamwal.CodeRateLimited:  true,
 	streamwal.CodeShuttingDown: true,
+
+	streamwal.CodeResourceExhausted: true,
 }
 
 func TestCodesStable(t *testing.T) {
