@@ -132,6 +132,13 @@ type ReplicateMember struct {
 type ReplicateEdge struct {
 	Source streamwal.Cluster `json:"source"`
 	Target streamwal.Cluster `json:"target"`
+	// Start, when set, is where Target starts replicating each PChannel
+	// of Source (by index) while it holds no position of its own in
+	// Source's log that is later: Source's message of that ID and what
+	// follows. A switchover or failover sets it to where the new primary
+	// took its role, so that the members that follow it copy only what
+	// it took as the primary. Empty: from Source's first message.
+	Start []MessageID `json:"start,omitempty"`
 }
 
 // AlterReplicateConfigBody sets the replication topology (DESIGN.md §1,

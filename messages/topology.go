@@ -12,10 +12,65 @@ import (
 // replicate. Only a star is valid: one primary, an edge from it to every
 // other member (each a secondary), no other edge, and the same PChannel
 // count everywhere.
+//
+// Topologies are ordered by Version: each change the command line makes
+// (configure, switchover, failover, remove) carries a version above that
+// of every member it reads, and a cluster never goes back to an older
+// one (its coordinator refuses to broadcast it, its WALs ignore it where
+// it lands anyway), so that a change that arrives late, or is retried
+// after a newer one, never stops or redirects a replicator. Version 0 is
+// unversioned: it is ordered before every other and after none, so that
+// an unversioned topology replaces an unversioned one.
 type Topology struct {
+	// Version orders topologies (see above).
+	Version uint64            `json:"version,omitempty"`
 	Members []ReplicateMember `json:"members"`
 	Primary streamwal.Cluster `json:"primary"`
 	Edges   []ReplicateEdge   `json:"edges,omitempty"`
+	// Handover, set on the primary's own topology during a switchover,
+	// names the secondary that takes over: the primary takes no direct
+	// write any more (they are refused with NOT_PRIMARY naming it) while
+	// the secondaries catch up with its log.
+	Handover streamwal.Cluster `json:"handover,omitempty"`
+}
+
+// OlderThan reports whether t is older than cur, which a cluster holding
+// cur never goes back to.
+func (t Topology) OlderThan(cur Topology) bool { return t.Version < cur.Version }
+
+// Promote is the star of t's members around c, with t's version: c the
+// primary, every other member its secondary, replicating from c's first
+// message (set the edges' Start to begin elsewhere).
+func (t Topology) Promote(c streamwal.Cluster) Topology {
+	out := Topology{Version: t.Version, Members: t.Clone().Members, Primary: c}
+	for _, m := range out.Members {
+		if m.Cluster != c {
+			out.Edges = append(out.Edges, ReplicateEdge{Source: c, Target: m.Cluster})
+		}
+	}
+	return out
+}
+
+// Without is t without member c and its edges.
+func (t Topology) Without(c streamwal.Cluster) Topology {
+	out := t.Clone()
+	out.Members = slices.DeleteFunc(out.Members, func(m ReplicateMember) bool { return m.Cluster == c })
+	out.Edges = slices.DeleteFunc(out.Edges, func(e ReplicateEdge) bool { return e.Source == c || e.Target == c })
+	if out.Handover == c {
+		out.Handover = ""
+	}
+	return out
+}
+
+// Secondaries are the members other than the primary, in member order.
+func (t Topology) Secondaries() []ReplicateMember {
+	var out []ReplicateMember
+	for _, m := range t.Members {
+		if m.Cluster != t.Primary {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // Star is the star topology of primary and secondaries, with an edge
@@ -30,9 +85,12 @@ func Star(primary ReplicateMember, secondaries ...ReplicateMember) Topology {
 
 // Clone is a deep copy of t.
 func (t Topology) Clone() Topology {
-	out := Topology{Primary: t.Primary, Members: slices.Clone(t.Members), Edges: slices.Clone(t.Edges)}
+	out := Topology{Version: t.Version, Primary: t.Primary, Handover: t.Handover, Members: slices.Clone(t.Members), Edges: slices.Clone(t.Edges)}
 	for i := range out.Members {
 		out.Members[i].PChannels = slices.Clone(out.Members[i].PChannels)
+	}
+	for i := range out.Edges {
+		out.Edges[i].Start = slices.Clone(out.Edges[i].Start)
 	}
 	return out
 }
@@ -63,7 +121,13 @@ func (t Topology) Validate() error {
 	if !seen[t.Primary] {
 		return invalidTopology("the primary %q is not a member", t.Primary)
 	}
-	return t.validateEdges(seen)
+	if err := t.validateEdges(seen); err != nil {
+		return err
+	}
+	if _, ok := t.Source(t.Handover); t.Handover != "" && !ok {
+		return invalidTopology("the primary hands over to %q, which is not one of its secondaries", t.Handover)
+	}
+	return nil
 }
 
 // validateEdges checks that the edges are exactly those of a star around
@@ -78,6 +142,10 @@ func (t Topology) validateEdges(members map[streamwal.Cluster]bool) error {
 			return invalidTopology("edge %s -> %s: only a star is supported, every edge goes from the primary %s to a secondary", e.Source, e.Target, t.Primary)
 		case into[e.Target]:
 			return invalidTopology("edge %s -> %s is listed twice", e.Source, e.Target)
+		case len(e.Start) > 0 && len(e.Start) != len(t.Members[0].PChannels):
+			return invalidTopology("edge %s -> %s starts %d pchannels of %d", e.Source, e.Target, len(e.Start), len(t.Members[0].PChannels))
+		case slices.Contains(e.Start, 0):
+			return invalidTopology("edge %s -> %s starts a pchannel at message 0", e.Source, e.Target)
 		}
 		into[e.Target] = true
 	}
@@ -156,12 +224,20 @@ func (t Topology) Role(c streamwal.Cluster) ReplicateRole {
 
 // Source returns the member whose log replicates into c, if any.
 func (t Topology) Source(c streamwal.Cluster) (ReplicateMember, bool) {
-	for _, e := range t.Edges {
-		if e.Target == c {
-			return t.Member(e.Source)
-		}
+	if e, ok := t.Edge(c); ok {
+		return t.Member(e.Source)
 	}
 	return ReplicateMember{}, false
+}
+
+// Edge returns the edge into c, if any.
+func (t Topology) Edge(c streamwal.Cluster) (ReplicateEdge, bool) {
+	for _, e := range t.Edges {
+		if e.Target == c {
+			return e, true
+		}
+	}
+	return ReplicateEdge{}, false
 }
 
 // invalidTopology is the refusal of a topology that is not a valid star.

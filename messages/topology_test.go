@@ -64,10 +64,14 @@ func TestTopologyRefusals(t *testing.T) {
 		"edge into primary": {edit: func(t *messages.Topology) {
 			t.Edges = append(t.Edges, messages.ReplicateEdge{Source: "a", Target: "a"})
 		}},
-		"edge twice":       {edit: func(t *messages.Topology) { t.Edges = append(t.Edges, t.Edges[0]) }},
-		"edge to outsider": {edit: func(t *messages.Topology) { t.Edges[0].Target = "z" }},
-		"missing edge":     {edit: func(t *messages.Topology) { t.Edges = t.Edges[:1] }},
-		"chain":            {edit: func(t *messages.Topology) { t.Edges[1] = messages.ReplicateEdge{Source: "b", Target: "c"} }},
+		"edge twice":           {edit: func(t *messages.Topology) { t.Edges = append(t.Edges, t.Edges[0]) }},
+		"edge to outsider":     {edit: func(t *messages.Topology) { t.Edges[0].Target = "z" }},
+		"missing edge":         {edit: func(t *messages.Topology) { t.Edges = t.Edges[:1] }},
+		"chain":                {edit: func(t *messages.Topology) { t.Edges[1] = messages.ReplicateEdge{Source: "b", Target: "c"} }},
+		"handover to primary":  {edit: func(t *messages.Topology) { t.Handover = "a" }},
+		"handover to outsider": {edit: func(t *messages.Topology) { t.Handover = "z" }},
+		"start of other count": {edit: func(t *messages.Topology) { t.Edges[0].Start = []messages.MessageID{1, 2} }},
+		"start at zero":        {edit: func(t *messages.Topology) { t.Edges[0].Start = []messages.MessageID{1, 2, 0, 4} }},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -110,10 +114,64 @@ func TestTopologyRoundTrip(t *testing.T) {
 
 func TestTopologyClone(t *testing.T) {
 	topo := messages.Star(member("a", 2), member("b", 2))
+	topo.Version, topo.Handover = 7, "b"
+	topo.Edges[0].Start = []messages.MessageID{5, 6}
 	c := topo.Clone()
 	require.Equal(t, topo, c)
 	c.Members[1].PChannels[0] = "changed-0"
 	c.Edges[0].Target = "z"
+	c.Edges[0].Start[1] = 9
 	require.Equal(t, "pchan-0", topo.Members[1].PChannels[0])
 	require.Equal(t, streamwal.Cluster("b"), topo.Edges[0].Target)
+	require.Equal(t, []messages.MessageID{5, 6}, topo.Edges[0].Start)
+}
+
+// TestTopologyChanges: the topologies a switchover, a failover and a
+// removal set are valid stars, and versions order them.
+func TestTopologyChanges(t *testing.T) {
+	topo := messages.Star(member("a", 2), member("b", 2), member("c", 2))
+	topo.Version = 3
+
+	fence := topo.Clone()
+	fence.Handover = "b"
+	require.NoError(t, fence.Validate())
+
+	swapped := fence.Promote("b")
+	require.NoError(t, swapped.Validate())
+	require.Equal(t, uint64(3), swapped.Version)
+	require.Empty(t, swapped.Handover, "the new primary hands over to nobody")
+	require.Equal(t, messages.RolePrimary, swapped.Role("b"))
+	for _, c := range []streamwal.Cluster{"a", "c"} {
+		src, ok := swapped.Source(c)
+		require.True(t, ok)
+		require.Equal(t, streamwal.Cluster("b"), src.Cluster)
+	}
+	require.Equal(t, []streamwal.Cluster{"a", "c"}, clusters(swapped.Secondaries()))
+
+	failed := topo.Without("a").Promote("c")
+	require.NoError(t, failed.Validate())
+	require.Equal(t, []streamwal.Cluster{"b", "c"}, clusters(failed.Members))
+	require.Equal(t, []messages.ReplicateEdge{{Source: "c", Target: "b"}}, failed.Edges)
+
+	removed := fence.Without("b")
+	require.NoError(t, removed.Validate())
+	require.Empty(t, removed.Handover, "no handover to a member removed")
+	require.Equal(t, []streamwal.Cluster{"a", "c"}, clusters(removed.Members))
+	require.Len(t, topo.Members, 3, "Without leaves its topology as it was")
+
+	newer := topo.Clone()
+	newer.Version++
+	require.True(t, topo.OlderThan(newer))
+	require.False(t, newer.OlderThan(topo))
+	require.False(t, topo.OlderThan(topo), "the same version again is no older")
+	require.False(t, messages.Topology{}.OlderThan(messages.Topology{}), "unversioned after unversioned")
+}
+
+// clusters are the names of ms.
+func clusters(ms []messages.ReplicateMember) []streamwal.Cluster {
+	var out []streamwal.Cluster
+	for _, m := range ms {
+		out = append(out, m.Cluster)
+	}
+	return out
 }

@@ -24,7 +24,8 @@ func newReplicateCmd() *cobra.Command {
 			"writes, each secondary replicates its log PChannel by PChannel and refuses\n" +
 			"direct writes (NOT_PRIMARY, naming the primary).",
 	}
-	cmd.AddCommand(newReplicateConfigureCmd(), newReplicateStatusCmd())
+	cmd.AddCommand(newReplicateConfigureCmd(), newReplicateStatusCmd(), newReplicateSwitchoverCmd(),
+		newReplicateFailoverCmd(), newReplicateRemoveCmd())
 	return cmd
 }
 
@@ -130,13 +131,16 @@ type configured struct {
 	Cluster   streamwal.Cluster      `json:"cluster"`
 	Role      messages.ReplicateRole `json:"role"`
 	PChannels int                    `json:"pchannels"`
-	Broadcast uint64                 `json:"broadcast"`
+	Broadcast uint64                 `json:"broadcast,omitempty"`
+	Version   uint64                 `json:"version"`
 }
 
-// configure asks every member for its PChannels, then configures each.
+// configure asks every member for its PChannels and its topology, then
+// configures each with a topology of a version above all of theirs.
 func configure(ctx context.Context, w io.Writer, connect memberConnect, eps []memberAt, asJSON bool) error {
 	clients := make([]*client.Client, len(eps))
 	members := make([]messages.ReplicateMember, len(eps))
+	var version uint64
 	for i, ep := range eps {
 		c, err := connect(ep.cluster, ep.url)
 		if err != nil {
@@ -145,9 +149,14 @@ func configure(ctx context.Context, w io.Writer, connect memberConnect, eps []me
 		if members[i], err = c.ReplicateMember(ctx, ep.url); err != nil {
 			return fmt.Errorf("cluster %s at %s: %w", ep.cluster, ep.url, err)
 		}
-		clients[i] = c
+		cur, _, err := c.ReplicationTopology(ctx)
+		if err != nil {
+			return fmt.Errorf("cluster %s at %s: %w", ep.cluster, ep.url, err)
+		}
+		clients[i], version = c, max(version, cur.Version)
 	}
 	topo := messages.Star(members[0], members[1:]...)
+	topo.Version = version + 1
 	if err := topo.Validate(); err != nil {
 		return err
 	}
@@ -156,7 +165,7 @@ func configure(ctx context.Context, w io.Writer, connect memberConnect, eps []me
 		if err != nil {
 			return fmt.Errorf("configure cluster %s: %w (the members before it are configured)", eps[i].cluster, err)
 		}
-		r := configured{Cluster: eps[i].cluster, Role: topo.Role(eps[i].cluster), PChannels: len(members[i].PChannels), Broadcast: res.ID}
+		r := configured{Cluster: eps[i].cluster, Role: topo.Role(eps[i].cluster), PChannels: len(members[i].PChannels), Broadcast: res.ID, Version: topo.Version}
 		if asJSON {
 			if err := printJSON(w, r); err != nil {
 				return err
@@ -205,6 +214,10 @@ func printReplication(w io.Writer, st client.ReplicationStatus) error {
 	}
 	fmt.Fprintf(w, "role:        %s\n", st.Role)
 	fmt.Fprintf(w, "primary:     %s\n", st.Topology.Primary)
+	if st.Topology.Handover != "" {
+		fmt.Fprintf(w, "handover:    to %s (switchover: the primary takes no direct write)\n", st.Topology.Handover)
+	}
+	fmt.Fprintf(w, "version:     %d\n", st.Topology.Version)
 	for _, m := range st.Topology.Members {
 		fmt.Fprintf(w, "member:      %s %s (%s, %d pchannels)\n", m.Cluster, m.URL, st.Topology.Role(m.Cluster), len(m.PChannels))
 	}

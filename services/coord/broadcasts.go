@@ -63,7 +63,7 @@ func (t *tenure) runBroadcast(ctx context.Context, req wire.BroadcastRequest) (w
 		return wire.BroadcastReply{}, err
 	}
 	if typ == messages.TypeAlterReplicateConfig {
-		if err := t.checkReplicateConfig(req.Payload); err != nil {
+		if err := t.checkReplicateConfig(ctx, req.Payload); err != nil {
 			return wire.BroadcastReply{}, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -78,28 +79,58 @@ func (r *replicator) loop(ctx context.Context) {
 			continue
 		}
 		r.setActive(true)
+		edge, _ := topo.Edge(r.self)
 		actx, cancel := context.WithCancel(ctx)
-		go func() {
-			select {
-			case <-changed:
-				cancel()
-			case <-actx.Done():
-			}
-		}()
-		progressed, err := r.attempt(actx, src, source)
+		go r.follow(actx, cancel, src, changed)
+		progressed, err := r.attempt(actx, src, edge, source)
 		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
-		case isClosed(changed):
+		case r.redirected(src):
 			bo.Reset()
 			continue
 		case progressed:
 			bo.Reset()
 		}
 		r.fail(err)
+		_, _, _, changed = r.cfg.Target.Replication()
 		wait(ctx, changed, time.After(bo.NextBackOff()))
 	}
+}
+
+// follow cancels the attempt replicating from src (cancel) when the
+// topology stops making src this cluster's source, until ctx ends. A
+// change that leaves the source as it is (another member added or
+// removed) does not stop the attempt, nor does a topology older than the
+// one in force, which the WAL ignores.
+func (r *replicator) follow(ctx context.Context, cancel context.CancelFunc, src messages.ReplicateMember, changed <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		if r.redirected(src) {
+			cancel()
+			return
+		}
+		_, _, _, changed = r.cfg.Target.Replication()
+	}
+}
+
+// redirected reports whether the topology in force no longer makes src
+// this cluster's source.
+func (r *replicator) redirected(src messages.ReplicateMember) bool {
+	topo, ok, _, _ := r.cfg.Target.Replication()
+	cur, secondary := topo.Source(r.self)
+	return !ok || !secondary || !sameMember(cur, src)
+}
+
+// sameMember reports whether a and b are the same member, reached the
+// same way.
+func sameMember(a, b messages.ReplicateMember) bool {
+	return a.Cluster == b.Cluster && a.URL == b.URL && slices.Equal(a.PChannels, b.PChannels)
 }
 
 // wait blocks until ctx ends, changed is closed or after fires.
@@ -108,16 +139,6 @@ func wait(ctx context.Context, changed <-chan struct{}, after <-chan time.Time) 
 	case <-ctx.Done():
 	case <-changed:
 	case <-after:
-	}
-}
-
-// isClosed reports whether ch is closed.
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }
 
@@ -200,14 +221,14 @@ func (s *source) close() {
 
 // attempt replicates from member until ctx ends or something fails;
 // progressed says whether anything was replicated.
-func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMember, landed *messages.ReplicateHeader) (progressed bool, err error) {
+func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMember, edge messages.ReplicateEdge, landed *messages.ReplicateHeader) (progressed bool, err error) {
 	r.load(ctx)
 	src, err := r.connect(ctx, member)
 	if err != nil {
 		return false, err
 	}
 	defer src.close()
-	pos := r.start(member.Cluster, src.p, landed)
+	pos := r.start(member.Cluster, src.p, landed, edge.Start)
 	start, minTT := read.Earliest(), messages.TimeTick(0)
 	if pos != nil && pos.LastConfirmed > 0 {
 		start, minTT = read.From(pos.LastConfirmed), pos.TimeTick+1
@@ -248,8 +269,21 @@ type position = messages.ReplicateHeader
 
 // start is where an attempt on PChannel p of source c starts: after the
 // later of what landed in the WAL and what the replicator acknowledged
-// (skipped messages included), nil for the beginning.
-func (r *replicator) start(c streamwal.Cluster, p streamwal.PChannel, landed *position) *position {
+// (skipped messages included), or at the edge's start in the source's
+// log (startAt, by PChannel index) when that is later; nil for the
+// beginning.
+func (r *replicator) start(c streamwal.Cluster, p streamwal.PChannel, landed *position, startAt []messages.MessageID) *position {
+	pos := r.own(c, p, landed)
+	if i := r.p.Index(); i < len(startAt) && (pos == nil || pos.MessageID < startAt[i]) {
+		return &position{Cluster: c, LastConfirmed: startAt[i]}
+	}
+	return pos
+}
+
+// own is where the replicator stands in PChannel p of source c: the
+// later of what landed in the WAL and what it acknowledged, nil for
+// nowhere.
+func (r *replicator) own(c streamwal.Cluster, p streamwal.PChannel, landed *position) *position {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cp.Source != c || r.cp.SourcePChannel != p.String() {

@@ -18,14 +18,18 @@ type replication struct {
 	Source *messages.ReplicateHeader `json:"source,omitempty"`
 }
 
-// apply takes one message of the log, in log order.
+// apply takes one message of the log, in log order. A topology older
+// than the one in force (messages.Topology.OlderThan) changes nothing:
+// it arrived late, and a newer change already holds.
 func (r *replication) apply(m *messages.ImmutableMessage) error {
 	if m.Type() == messages.TypeAlterReplicateConfig {
 		var topo messages.Topology
 		if err := m.Body(&topo); err != nil {
 			return err
 		}
-		r.Topology = &topo
+		if r.Topology == nil || !topo.OlderThan(*r.Topology) {
+			r.Topology = &topo
+		}
 		return nil
 	}
 	if h := m.Replicate(); h != nil {
@@ -42,16 +46,21 @@ func (r *replication) advance(h *messages.ReplicateHeader) {
 	}
 }
 
-// role is the role of cluster c, and its source when it is a secondary.
-func (r *replication) role(c streamwal.Cluster) (messages.ReplicateRole, messages.ReplicateMember) {
+// role is the role of cluster c, and its source when it is a secondary;
+// handover names the secondary a primary hands its role over to during
+// a switchover ("" otherwise).
+func (r *replication) role(c streamwal.Cluster) (role messages.ReplicateRole, src messages.ReplicateMember, handover streamwal.Cluster) {
 	if r.Topology == nil {
-		return messages.RolePrimary, messages.ReplicateMember{}
+		return messages.RolePrimary, messages.ReplicateMember{}, ""
 	}
 	src, ok := r.Topology.Source(c)
 	if !ok {
-		return messages.RolePrimary, src
+		if r.Topology.Primary == c {
+			handover = r.Topology.Handover
+		}
+		return messages.RolePrimary, src, handover
 	}
-	return messages.RoleSecondary, src
+	return messages.RoleSecondary, src, ""
 }
 
 // clone is a deep copy.
@@ -110,9 +119,12 @@ func (replicateInterceptor) stamp(w *WAL, op *appendOp) error {
 		return nil
 	}
 	self := w.codec.Cluster()
-	role, src := w.repl.role(self)
+	role, src, handover := w.repl.role(self)
 	for _, m := range op.msgs {
 		if err := checkRole(self, role, src, op, m); err != nil {
+			return err
+		}
+		if err := checkHandover(self, handover, m); err != nil {
 			return err
 		}
 	}
@@ -155,6 +167,16 @@ func checkRole(self streamwal.Cluster, role messages.ReplicateRole, src messages
 	return nil
 }
 
+// checkHandover refuses a direct write to a primary that hands its role
+// over to another cluster (a switchover in progress): the error names
+// the cluster that takes over, where the writer goes on.
+func checkHandover(self, handover streamwal.Cluster, m *messages.MutableMessage) error {
+	if handover == "" || m.Replicate() != nil || m.Unreplicable() {
+		return nil
+	}
+	return streamwal.NotPrimary(self, handover, "%s on %s: cluster %s is handing its primary role over to %s (switchover)", m.Type(), target(m), self, handover)
+}
+
 // target names where m goes, for errors.
 func target(m *messages.MutableMessage) string {
 	if v := m.VChannel(); !v.IsZero() {
@@ -192,11 +214,14 @@ func (replicateInterceptor) finish(w *WAL, op *appendOp, index int) {
 	}
 	switch op.outcome {
 	case landed:
+		before := w.repl.Topology
 		if err := w.repl.apply(m.Freeze(op.ids[0])); err != nil {
 			w.failLocked(streamwal.Errorf(streamwal.CodeUnrecoverable, "%s landed at %d but cannot be applied: %w", m.Type(), op.ids[0], err))
 			return
 		}
-		w.topologyChangedLocked()
+		if w.repl.Topology != before {
+			w.topologyChangedLocked()
+		}
 	case unknown:
 		w.failLocked(streamwal.Errorf(streamwal.CodeUnrecoverable, "outcome of %s on %s is unknown; reopen the wal to learn it", m.Type(), m.PChannel()))
 	}

@@ -383,3 +383,67 @@ func TestAppendUnitsStopsAtARefusal(t *testing.T) {
 	_, _, source, _ := w.Replication()
 	require.Equal(t, a.Replicate(), source)
 }
+
+// TestHandoverAndOlderTopologies: a primary handing over (a switchover
+// in progress) refuses direct writes with NOT_PRIMARY naming the cluster
+// that takes over, and replicas; a topology older than the one in force
+// changes nothing, wakes nobody, and stays ignored when the log is
+// replayed.
+func TestHandoverAndOlderTopologies(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	w := e.open(1)
+	v := e.vchannel(1)
+	e.createCollection(w, v)
+	star := messages.Star(e.member("test"), e.member("sec"))
+	star.Version = 2
+	e.configure(w, star)
+	_, err := w.Append(ctx, e.insert(v, "before"))
+	require.NoError(t, err)
+
+	fence := star.Clone()
+	fence.Version, fence.Handover = 3, "sec"
+	e.configure(w, fence)
+	handingOver := func(w *wal.WAL) {
+		t.Helper()
+		_, err := w.Append(ctx, e.insert(v, "during"))
+		requireNotPrimary(t, err, "sec")
+		_, err = w.BeginTxn(ctx, v, 0)
+		requireNotPrimary(t, err, "sec")
+		_, err = w.Append(ctx, e.insert(v, "local only", messages.WithUnreplicable()))
+		require.NoError(t, err, "an unreplicable message stays in its cluster")
+		_, rep := newSource(t, e, "sec").insert(v, "replica")
+		_, err = w.Append(ctx, rep)
+		require.ErrorIs(t, err, streamwal.ErrNotSecondary, "a primary handing over is no secondary")
+	}
+	handingOver(w)
+
+	// The star of version 2 again, late: ignored.
+	_, _, _, changed := w.Replication()
+	e.configure(w, star)
+	select {
+	case <-changed:
+		t.Fatal("an older topology woke the replicator")
+	default:
+	}
+	got, ok, _, _ := w.Replication()
+	require.True(t, ok)
+	require.Equal(t, fence, got)
+	handingOver(w)
+	require.NoError(t, w.Close())
+
+	// The replay of the log ignores it too.
+	w = e.open(2)
+	got, _, _, _ = w.Replication()
+	require.Equal(t, fence, got)
+	handingOver(w)
+
+	// The newer topology takes effect: a secondary of sec.
+	swapped := fence.Promote("sec")
+	swapped.Version = 4
+	e.configure(w, swapped)
+	_, err = w.Append(ctx, e.insert(v, "after"))
+	requireNotPrimary(t, err, "sec")
+	got, _, _, _ = w.Replication()
+	require.Equal(t, messages.RoleSecondary, got.Role("test"))
+}
