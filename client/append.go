@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/internal/admit"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
 	"github.com/streamwal/streamwal/telemetry"
@@ -63,7 +64,12 @@ type AppendFuture struct {
 }
 
 // AppendAsync starts an append and returns at once, so that one caller
-// can keep many appends in flight; Wait returns what Append would. The
+// can keep many appends in flight; Wait returns what Append would. While
+// the client holds its WithMaxPending bytes (or its
+// WithMaxPendingPerPChannel for a PChannel of the call), AppendAsync
+// waits for room, up to WithPendingWait or ctx, and then the future fails
+// with streamwal.ErrResourceExhausted: the backpressure that keeps the
+// client's memory bounded. The
 // messages of one call land in the order given on each VChannel, as in
 // Append; separate calls are not ordered among themselves, even when one
 // starts after the other.
@@ -177,6 +183,10 @@ type entry struct {
 	retry bool // retried on retriable errors (it has a message ID)
 	sent  bool // went out at least once
 	run   *run // the part of its call that goes to its PChannel
+	// gate holds charge bytes for the entry, admitted, until it resolves
+	// (nil before it is admitted).
+	gate   *admit.Gate[streamwal.PChannel]
+	charge int64
 	// before is where a later entry of its run landed while this one was
 	// refused (0: none); landing above it breaks the call's order.
 	before messages.MessageID
@@ -185,10 +195,19 @@ type entry struct {
 	err    error
 }
 
-// finish resolves an entry.
+// finish resolves an entry and frees its room in the pending bounds.
 func (e *entry) finish(res AppendResult, err error) {
 	e.res, e.err = res, err
+	e.release()
 	close(e.done)
+}
+
+// release frees the room the entry held in the pending bounds, once.
+func (e *entry) release() {
+	if e.gate != nil {
+		e.gate.Release(e.m.PChannel(), e.charge)
+		e.gate = nil
+	}
 }
 
 // land resolves an entry that landed at res, unless it landed above a

@@ -11,16 +11,24 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/internal/admit"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// enqueue hands entries to their PChannels' batchers: the entries of one
+// enqueue hands entries to their PChannels' batchers once the client's
+// pending bounds have room for them (see admit): the entries of one
 // PChannel become one run, which goes out in order (see batcher).
 func (c *Client) enqueue(entries ...*entry) error {
+	if err := c.admit(entries); err != nil {
+		return err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
+		for _, e := range entries {
+			e.release()
+		}
 		return errClosed()
 	}
 	groups := map[*batcher][]*entry{}
@@ -39,6 +47,38 @@ func (c *Client) enqueue(entries ...*entry) error {
 	c.mu.Unlock()
 	for _, b := range order {
 		b.enqueue(groups[b])
+	}
+	return nil
+}
+
+// entryOverhead is what the client keeps of an entry beyond its size in
+// a request (the entry, its message, their headers), roughly, as the
+// pending bounds count it.
+const entryOverhead = 1 << 10
+
+// admit waits, within the pending wait and the call's context, until the
+// client's pending bounds have room for the entries of one call (whole),
+// and charges each entry, until it resolves, to its PChannel.
+func (c *Client) admit(entries []*entry) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	var one [1]admit.Claim[streamwal.PChannel]
+	claims := one[:0]
+	for _, e := range entries {
+		e.charge = int64(e.size + entryOverhead)
+		i := slices.IndexFunc(claims, func(c admit.Claim[streamwal.PChannel]) bool { return c.Key == e.m.PChannel() })
+		if i < 0 {
+			claims = append(claims, admit.Claim[streamwal.PChannel]{Key: e.m.PChannel()})
+			i = len(claims) - 1
+		}
+		claims[i].Weight += e.charge
+	}
+	if err := c.pending.Acquire(entries[0].ctx, c.opts.pendingWait, claims...); err != nil {
+		return streamwal.Errorf(streamwal.CodeResourceExhausted, "append of %d messages: the client holds too much not yet answered: %w", len(entries), err)
+	}
+	for _, e := range entries {
+		e.gate = c.pending
 	}
 	return nil
 }

@@ -16,6 +16,22 @@
 // the node group-commits what waits into atomic batches of up to 1000
 // messages, whose fixed cost on the server is several milliseconds.
 //
+// # Backpressure
+//
+// Memory stays bounded when more load is offered than the nodes absorb:
+// the client holds at most WithMaxPending bytes of appends (64 MiB by
+// default), queued or in flight until answered, and at most
+// WithMaxPendingPerPChannel (16 MiB) for one PChannel. A call that finds
+// no room waits for it (Append and AppendAsync alike: AppendAsync returns
+// at once only while there is room), up to WithPendingWait (5 s) or its
+// context, then fails with streamwal.ErrResourceExhausted, retriable,
+// with nothing of it sent. A node refuses an append request with the
+// same error when its own bounds are full (see the node package); the
+// client retries that refusal as any retriable one, so the caller sees
+// it only as a wait for room. With the defaults, what the client holds
+// for appends stays under 64 MiB plus one call's worth, however many
+// goroutines append (TestOverloadBoundsMemory, package integration).
+//
 // # Order
 //
 // The messages of one Append (or AppendAsync) call land in the order
@@ -102,6 +118,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/internal/admit"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/messages"
 	"github.com/streamwal/streamwal/telemetry"
@@ -115,6 +132,14 @@ const (
 	DefaultMaxBatch    = 1000
 	DefaultMaxInFlight = 4
 	DefaultLinger      = time.Millisecond
+	// DefaultMaxPending bounds the bytes of appends a client holds,
+	// queued or in flight, over all PChannels (see WithMaxPending).
+	DefaultMaxPending = 64 << 20
+	// DefaultMaxPendingPerPChannel bounds them for one PChannel.
+	DefaultMaxPendingPerPChannel = 16 << 20
+	// DefaultPendingWait is how long an append waits for room before it
+	// fails with streamwal.ErrResourceExhausted.
+	DefaultPendingWait = 5 * time.Second
 )
 
 // options are the client's settings.
@@ -126,6 +151,9 @@ type options struct {
 	maxInFlight int
 	linger      time.Duration
 	retryMax    time.Duration
+	maxPending  int // bytes held over all PChannels
+	maxPerPChan int // bytes held for one PChannel
+	pendingWait time.Duration
 	local       Local
 	logger      zerolog.Logger
 	natsOpts    []nats.Option
@@ -169,6 +197,26 @@ func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n
 // waits; 0 sends whatever is queued as soon as a request may go.
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
+// WithMaxPending bounds the bytes of appends the client holds, queued or
+// in flight until answered, over all PChannels (default 64 MiB, counted
+// as each message's size in a request plus about 1 KiB for what the
+// client keeps of it): under more load than the nodes absorb, appends
+// wait for room (see WithPendingWait) instead of queueing without bound.
+// A call larger than the bound goes alone when nothing else is held.
+func WithMaxPending(bytes int) Option { return func(o *options) { o.maxPending = bytes } }
+
+// WithMaxPendingPerPChannel bounds, as WithMaxPending, the bytes held for
+// one PChannel (default 16 MiB), so that one slow PChannel cannot take
+// the whole client's room.
+func WithMaxPendingPerPChannel(bytes int) Option { return func(o *options) { o.maxPerPChan = bytes } }
+
+// WithPendingWait bounds how long an append (Append, AppendAsync, a
+// transaction's message) waits for room under the client's
+// pending bounds (default 5 s; 0 refuses at once): past it, the call
+// fails with streamwal.ErrResourceExhausted and nothing of it was sent.
+// The caller's context bounds the wait too.
+func WithPendingWait(d time.Duration) Option { return func(o *options) { o.pendingWait = d } }
+
 // WithRetryMaxInterval caps the backoff between retries (default 1 s).
 func WithRetryMaxInterval(d time.Duration) Option { return func(o *options) { o.retryMax = d } }
 
@@ -202,6 +250,8 @@ type Client struct {
 	opts    options
 	codec   *messages.Codec
 	backend *jetstream.JetStream
+
+	pending *admit.Gate[streamwal.PChannel] // the bytes of appends held
 
 	mu       sync.Mutex
 	batchers map[streamwal.PChannel]*batcher
@@ -237,7 +287,8 @@ func Connect(url string, opts ...Option) (*Client, error) {
 // caller's.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := options{cluster: DefaultCluster, timeout: DefaultTimeout, maxBatch: DefaultMaxBatch,
-		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, logger: zerolog.Nop()}
+		maxInFlight: DefaultMaxInFlight, linger: DefaultLinger, retryMax: time.Second, logger: zerolog.Nop(),
+		maxPending: DefaultMaxPending, maxPerPChan: DefaultMaxPendingPerPChannel, pendingWait: DefaultPendingWait}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -246,6 +297,9 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	}
 	if o.timeout <= 0 || o.maxBatch <= 0 || o.maxInFlight <= 0 || o.retryMax <= 0 || o.linger < 0 {
 		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client timeout, batch, in-flight and retry bounds must be positive and the linger not negative")
+	}
+	if o.maxPending <= 0 || o.maxPerPChan <= 0 || o.pendingWait < 0 {
+		return nil, streamwal.Errorf(streamwal.CodeInvalidArgument, "client pending bounds must be positive and the pending wait not negative")
 	}
 	codec, err := messages.NewCodec(o.cluster, o.registry)
 	if err != nil {
@@ -257,7 +311,8 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, opts: o, codec: codec, backend: be, batchers: map[streamwal.PChannel]*batcher{}}, nil
+	return &Client{nc: nc, opts: o, codec: codec, backend: be, batchers: map[streamwal.PChannel]*batcher{},
+		pending: admit.New[streamwal.PChannel](int64(o.maxPending), int64(o.maxPerPChan))}, nil
 }
 
 // Codec builds the messages to append (codec.New, codec.NewBody, ...).
