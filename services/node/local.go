@@ -35,7 +35,8 @@ func (l *localWALs) get(p streamwal.PChannel) (*wal.WAL, bool) {
 // with the semantics and errors of an append request (each message
 // succeeds or fails on its own); served is false, and nothing is
 // appended, when it does not. It is the local bypass of a client in the
-// same process (client.Local, provided by embedded/system).
+// same process (client.Local, provided by embedded/system). It is
+// admitted as an append request is (see AdmissionOptions).
 func (n *Node) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal.PChannel, msgs []*messages.MutableMessage) (out []*messages.ImmutableMessage, errs []error, served bool) {
 	if c != n.cfg.Codec.Cluster() {
 		return nil, nil, false
@@ -44,6 +45,15 @@ func (n *Node) AppendLocal(ctx context.Context, c streamwal.Cluster, p streamwal
 	if !ok {
 		return nil, nil, false
 	}
+	weight := localWeight(msgs)
+	if err := n.admitAppend(ctx, p, weight); err != nil {
+		errs = make([]error, len(msgs))
+		for i := range errs {
+			errs[i] = err
+		}
+		return make([]*messages.ImmutableMessage, len(msgs)), errs, true
+	}
+	defer n.admission.Release(p, weight)
 	tr := n.traceAppend(msgs, func(i int) map[string][]string { return traceHeader(msgs[i]) })
 	out, errs = w.AppendMany(ctx, msgs)
 	tr.end(out, errs)

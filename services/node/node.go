@@ -8,8 +8,13 @@
 // Appends of one request are ordered as listed and each gets its own
 // result; once one is refused with an error worth a retry, the later ones
 // are refused too (see wal.AppendMany), so that a client's retry keeps a
-// call's order. When a WAL is fenced by a newer owner the node drops the
-// channel at once. Close is graceful: the node stops taking appends,
+// call's order. Appends are admitted within bounds of bytes being
+// appended, per PChannel and node-wide (Config.Admission: 32 MiB and
+// 256 MiB by default): a request that finds no room within the admission
+// wait (100 ms) is refused whole with streamwal.ErrResourceExhausted,
+// which the client retries after a backoff, so that the node's memory
+// stays bounded under more load than its streams absorb. When a WAL is
+// fenced by a newer owner the node drops the channel at once. Close is graceful: the node stops taking appends,
 // finishes those in flight, closes its WALs within a bounded time and
 // says goodbye (deletes its registration), so the coordinator reassigns
 // its PChannels without waiting for its heartbeat to lapse.
@@ -42,6 +47,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/internal/admit"
 	"github.com/streamwal/streamwal/jetstream"
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/messages"
@@ -86,6 +92,11 @@ type Config struct {
 	// through what it returns. Tests inject backend faults with it (see
 	// jetstream/faulty); nil uses the backend as built.
 	WrapBackend func(*jetstream.JetStream) WALBackend
+	// Admission bounds the bytes of appends the node serves at once,
+	// per PChannel and in all, and how long an append waits for room
+	// before it is refused with streamwal.ErrResourceExhausted (see
+	// AdmissionOptions).
+	Admission AdmissionOptions
 	// Hooks receive the node's events (appends, each message appended,
 	// opens, closes, fencing, heartbeats, recovery storage) and those of
 	// its WAL writers (see package telemetry); none by default. Tracing
@@ -189,6 +200,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CloseBudget <= 0 {
 		c.CloseBudget = DefaultCloseBudget
 	}
+	c.Admission = c.Admission.withDefaults()
 	return c, nil
 }
 
@@ -220,11 +232,14 @@ type Node struct {
 	beat  chan struct{} // asks for a heartbeat now (the served set changed)
 	ready readiness     // what the node was asked to serve, for Ready
 
-	requests chan struct{} // semaphore of append requests
-	inflight sync.WaitGroup
-	stop     chan struct{}
-	loops    sync.WaitGroup
-	once     sync.Once
+	requests  chan struct{}                   // semaphore of append requests
+	admission *admit.Gate[streamwal.PChannel] // bytes of appends served, see AdmissionOptions
+	inflight  sync.WaitGroup
+	stop      chan struct{}
+	stopped   context.Context // ends when stop closes
+	halt      context.CancelFunc
+	loops     sync.WaitGroup
+	once      sync.Once
 }
 
 // channel is one PChannel the node serves.
@@ -258,7 +273,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		log:      logging.Component(cfg.Logger, "node").With().Str("node", string(cfg.ID)).Logger(),
 		oracle:   &remoteOracle{nc: cfg.Conn, subject: cfg.Codec.Cluster().CoordSubject(streamwal.CoordTSO)},
 		channels: map[streamwal.PChannel]*channel{}, opLocks: map[streamwal.PChannel]*sync.Mutex{},
-		requests: make(chan struct{}, maxRequests), stop: make(chan struct{}), beat: make(chan struct{}, 1)}
+		requests: make(chan struct{}, maxRequests), stop: make(chan struct{}), beat: make(chan struct{}, 1),
+		admission: admit.New[streamwal.PChannel](cfg.Admission.Total, cfg.Admission.PerPChannel)}
+	n.stopped, n.halt = context.WithCancel(context.Background())
 	n.followsMessages = telemetry.Has[telemetry.MessageAppendHook](cfg.Hooks)
 	if n.nodes, err = n.openNodesBucket(ctx); err != nil {
 		return nil, err
@@ -458,6 +475,7 @@ func (n *Node) shutdown(graceful bool) {
 		n.closing = true
 		n.mu.Unlock()
 		close(n.stop)
+		n.halt()
 		n.unsubscribe()
 		chans := n.takeChannels()
 		for _, ch := range chans {

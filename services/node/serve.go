@@ -214,24 +214,35 @@ func (n *Node) handleStatus(context.Context, []byte) (any, error) {
 }
 
 // appendHandler serves append requests for w, each in its own goroutine
-// (bounded), so that requests pipeline into the WAL. The typed handler
+// (bounded), so that requests pipeline into the WAL, once admitted (see
+// AdmissionOptions): a request that finds no room within the admission
+// wait is refused whole with streamwal.ErrResourceExhausted. The typed handler
 // costs no allocation more per request than decoding by hand
 // (wire.TestHandleAllocatesNoMore), and the request keeps sharing m.Data.
 func (n *Node) appendHandler(w *wal.WAL) nats.MsgHandler {
 	h := wire.Handle(func(_ context.Context, req wire.AppendRequest) (wire.AppendReply, error) {
 		return n.appendRequest(w, req)
 	})
+	p := w.PChannel()
 	return func(m *nats.Msg) {
 		n.inflight.Add(1)
+		weight := int64(len(m.Data))
+		if err := n.admitAppend(n.stopped, p, weight); err != nil {
+			n.inflight.Done()
+			_ = wire.Respond(m, nil, err)
+			return
+		}
 		select {
 		case n.requests <- struct{}{}:
 		case <-n.stop:
+			n.admission.Release(p, weight)
 			n.inflight.Done()
 			_ = wire.Respond(m, nil, streamwal.Errorf(streamwal.CodeShuttingDown, "%s: %v", n.cfg.ID, errShuttingDown))
 			return
 		}
 		go func() {
 			defer n.inflight.Done()
+			defer n.admission.Release(p, weight)
 			defer func() { <-n.requests }()
 			body, err := h(context.Background(), m.Data)
 			_ = wire.Respond(m, body, err)
