@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/streamwal/streamwal"
+	"github.com/streamwal/streamwal/jetstream/pipeline"
 	"github.com/streamwal/streamwal/messages"
 )
 
@@ -20,26 +21,14 @@ const (
 
 // AppendFuture is the pending result of an append.
 type AppendFuture struct {
+	// req is the append as the writer's pipeline orders it.
+	req   pipeline.Request[*AppendFuture]
 	msgs  []*nats.Msg
 	ids   []string
 	state atomic.Int32
 	done  chan struct{}
 	seqs  []messages.MessageID
 	err   error
-	// A request refused as a whole because one of its message IDs was
-	// already stored is re-sent as parts, one message each: parent and
-	// index locate a part in its request; parts counts what is pending, and
-	// settled marks a request whose result is final. Only the sequencer
-	// goroutine touches these.
-	parent  *AppendFuture
-	index   int
-	parts   int
-	landed  bool
-	settled bool
-	// solo: send alone (after a duplicate refusal); sent: went out at least
-	// once, so it may land even if a later attempt is abandoned.
-	solo bool
-	sent bool
 	// The storage of a one-message append, which is the common case: its
 	// message, ID and sequence cost no allocations of their own.
 	oneMsg [1]*nats.Msg
@@ -55,6 +44,7 @@ func newFuture(n int) *AppendFuture {
 	if n > 1 {
 		f.msgs, f.ids = make([]*nats.Msg, n), make([]string, n)
 	}
+	f.req.Init(f, f.ids)
 	return f
 }
 
@@ -117,10 +107,6 @@ func (f *AppendFuture) take() bool {
 
 // resolve completes the future with the stream sequence of its first message.
 func (f *AppendFuture) resolve(first uint64) {
-	if f.parent != nil {
-		f.parent.partResolved(f.index, first)
-		return
-	}
 	f.seqs = f.newSeqs(len(f.msgs))
 	for i := range f.seqs {
 		f.seqs[i] = messages.MessageID(first + uint64(i))
@@ -130,10 +116,6 @@ func (f *AppendFuture) resolve(first uint64) {
 
 // resolveEach completes the future with one sequence per message.
 func (f *AppendFuture) resolveEach(seqs []uint64) {
-	if f.parent != nil {
-		f.parent.partResolved(f.index, seqs[0])
-		return
-	}
 	f.seqs = f.newSeqs(len(seqs))
 	for i, s := range seqs {
 		f.seqs[i] = messages.MessageID(s)
@@ -143,51 +125,18 @@ func (f *AppendFuture) resolveEach(seqs []uint64) {
 
 // fail completes the future with an error.
 func (f *AppendFuture) fail(err error) {
-	if f.parent != nil {
-		f.parent.partFailed(err)
-		return
-	}
 	f.err = err
 	close(f.done)
 }
 
-// split turns a request into parts of one message each.
-func (f *AppendFuture) split() []*AppendFuture {
-	parts := make([]*AppendFuture, len(f.msgs))
-	for i := range f.msgs {
-		p := &AppendFuture{msgs: f.msgs[i : i+1], ids: f.ids[i : i+1], done: make(chan struct{}), parent: f, index: i, solo: true}
-		p.state.Store(stateTaken)
-		parts[i] = p
+// settle completes the future with what its pipeline decided.
+func (f *AppendFuture) settle(r pipeline.Result[*AppendFuture]) {
+	switch {
+	case r.Err != nil:
+		f.fail(r.Err)
+	case r.Seqs != nil:
+		f.resolveEach(r.Seqs)
+	default:
+		f.resolve(r.First)
 	}
-	f.parts = len(parts)
-	f.seqs = f.newSeqs(len(f.msgs))
-	return parts
-}
-
-// partResolved records that part i is stored at seq.
-func (f *AppendFuture) partResolved(i int, seq uint64) {
-	if f.settled {
-		return
-	}
-	f.seqs[i] = messages.MessageID(seq)
-	f.landed = true
-	if f.parts--; f.parts == 0 {
-		f.settled = true
-		close(f.done)
-	}
-}
-
-// partFailed fails the request with the first failure of a part. If
-// another part already landed, the request is partly written.
-func (f *AppendFuture) partFailed(err error) {
-	if f.settled {
-		return
-	}
-	f.settled = true
-	f.seqs = nil
-	f.err = err
-	if f.landed {
-		f.err = streamwal.Errorf(streamwal.CodeUnknownOutcome, "part of the append landed before: %v", err)
-	}
-	close(f.done)
 }

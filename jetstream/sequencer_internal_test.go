@@ -39,7 +39,7 @@ func TestParseAckFastAgreesWithJSON(t *testing.T) {
 	if _, ok := parseAckFast(1, dup); ok {
 		t.Fatal("fast path must leave duplicates to encoding/json")
 	}
-	if a := parseAck(1, &nats.Msg{Data: dup}); !a.duplicate || a.seq != 5 {
+	if a := parseAck(1, &nats.Msg{Data: dup}); !a.Duplicate || a.Seq != 5 {
 		t.Fatalf("duplicate ack parsed as %+v", a)
 	}
 	for _, data := range []string{
