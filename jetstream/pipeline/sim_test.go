@@ -123,7 +123,7 @@ type sim struct {
 	reqs     map[string]*Request[string]
 	order    []string // requests in the order they were queued
 	results  map[string][]Result[string]
-	fencedAt uint64 // the newer owner's barrier, once there is one
+	fencedAt uint64          // the newer owner's barrier, once there is one
 	callers  []string        // requests with the caller's message IDs
 	retries  map[string]bool // requests that repeat another's message IDs
 	closed   bool
