@@ -1,6 +1,7 @@
 package streamwal_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -59,4 +60,40 @@ func imports(t *testing.T, dir string) map[string][]string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// TestPipelineIsPure holds the writer's core (jetstream/pipeline) to what
+// its doc promises: no NATS and no clock. It imports nothing of NATS, and
+// reads the time only from its callers.
+func TestPipelineIsPure(t *testing.T) {
+	for file, imp := range imports(t, "jetstream/pipeline") {
+		for _, p := range imp {
+			if strings.HasPrefix(p, "github.com/nats-io/") || strings.HasPrefix(p, module+"/jetstream") && p != module+"/jetstream/pipeline" {
+				t.Errorf("%s imports %s", file, p)
+			}
+		}
+	}
+	files, err := filepath.Glob("jetstream/pipeline/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := map[string]bool{"Now": true, "Since": true, "Until": true, "After": true, "AfterFunc": true, "NewTimer": true, "NewTicker": true, "Sleep": true, "Tick": true}
+	fset := token.NewFileSet()
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if sel, ok := n.(*ast.SelectorExpr); ok {
+				if id, ok := sel.X.(*ast.Ident); ok && id.Name == "time" && clock[sel.Sel.Name] {
+					t.Errorf("%s: reads the clock (time.%s)", fset.Position(sel.Pos()), sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
 }

@@ -17,7 +17,12 @@
 // # The sequencer
 //
 // Each open Writer owns one goroutine, the sequencer, that takes appends in
-// arrival order and writes them in that order on one connection. An Append
+// arrival order and writes them in that order on one connection. Its
+// decisions (which appends form the next unit, what it expects, when it
+// goes out, what an answer or the tail settles) are made by a pure core,
+// package jetstream/pipeline, with no connection and no clock; the
+// sequencer is the I/O shell that feeds it events and carries out what it
+// decides, and the rules below are stated and tested there. An Append
 // call never spans two units, so the messages of one call land atomically
 // and contiguously. A unit is either a plain publish (one message: atomic by
 // itself and cheapest) or a JetStream atomic batch of at most
