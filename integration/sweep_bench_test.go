@@ -207,8 +207,10 @@ func sweepClient(b *testing.B, c *client.Client, vs []streamwal.VChannel, level,
 		if err != nil {
 			return err
 		}
-		_, err = c.Append(ctx, m)
-		return err
+		if _, err := c.Append(ctx, m); err != nil {
+			return fmt.Errorf("client append: %w", err)
+		}
+		return nil
 	})
 }
 
@@ -225,7 +227,10 @@ type sweepRaw struct {
 // newSweepRaw creates the raw streams; their messages look like inserts
 // on v.
 func newSweepRaw(b *testing.B, nc *nats.Conn, codec *messages.Codec, v streamwal.VChannel) *sweepRaw {
-	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(1<<16))
+	// Generous timeouts: at 4096 in flight under fsync on a busy machine,
+	// an ack may take longer than the default 5 s.
+	js, err := njs.New(nc, njs.WithPublishAsyncMaxPending(1<<16), njs.WithDefaultTimeout(time.Minute),
+		njs.WithPublishAsyncTimeout(time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -265,8 +270,10 @@ func (r *sweepRaw) msg(i int) *nats.Msg {
 func (r *sweepRaw) sync(level, n int, lat []int64) time.Duration {
 	ctx := context.Background()
 	return sweepCallers(r.b, level, n, lat, func(i int) error {
-		_, err := r.js.PublishMsg(ctx, r.msg(i))
-		return err
+		if _, err := r.js.PublishMsg(ctx, r.msg(i)); err != nil {
+			return fmt.Errorf("raw sync publish: %w", err)
+		}
+		return nil
 	})
 }
 
@@ -276,13 +283,13 @@ func (r *sweepRaw) async(level, n int, lat []int64) time.Duration {
 	return sweepCallers(r.b, level, n, lat, func(i int) error {
 		f, err := r.js.PublishMsgAsync(r.msg(i))
 		if err != nil {
-			return err
+			return fmt.Errorf("raw async publish: %w", err)
 		}
 		select {
 		case <-f.Ok():
 			return nil
 		case err := <-f.Err():
-			return err
+			return fmt.Errorf("raw async publish: %w", err)
 		}
 	})
 }
