@@ -22,6 +22,13 @@ import (
 // its own and returns its URL.
 func namedCluster(t *testing.T, name streamwal.Cluster, pchannels int) string {
 	t.Helper()
+	return namedSystem(t, name, pchannels).Server.ClientURL()
+}
+
+// namedSystem starts cluster name of pchannels PChannels on a server of
+// its own.
+func namedSystem(t *testing.T, name streamwal.Cluster, pchannels int) *system.System {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sys, err := system.Start(ctx, system.Options{Cluster: name, ServerOptions: embedded.Options{StoreDir: t.TempDir()},
@@ -30,7 +37,7 @@ func namedCluster(t *testing.T, name streamwal.Cluster, pchannels int) string {
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
 	require.NoError(t, err)
-	return sys.Server.ClientURL()
+	return sys
 }
 
 func TestReplicateConfigureAndStatus(t *testing.T) {

@@ -45,7 +45,16 @@
 // The replicator follows the topology the local WAL took from its own
 // log: it replicates while the cluster is a secondary, from the member
 // the topology names as its source (URL and PChannel names from the
-// topology), and stops and starts again at every change of it.
+// topology), and stops and starts again when a change of it names
+// another source or ends the cluster's role as a secondary. A change
+// that leaves its source as it is (a member added or removed) does not
+// stop it, nor does a topology older than the one in force
+// (messages.Topology's Version), which the WAL ignores. When the edge
+// into this cluster has a Start (a switchover or failover sets it to
+// where the new primary took its role), a replicator without a later
+// position in that source's log starts there rather than at the
+// source's first message: before it, the source's log holds replicas of
+// the old primary, which this cluster has already.
 //
 // # Checkpoint record and lag
 //
