@@ -30,6 +30,7 @@ type nodeFlags struct {
 	stateDir    string
 	retain      time.Duration
 	dupWindow   time.Duration
+	intervals   storageIntervals
 	groupCommit string
 }
 
@@ -89,7 +90,7 @@ func newNodeCmd() *cobra.Command {
 	fl := cmd.Flags()
 	fl.StringVar(&f.stateDir, "state-dir", "", "directory that keeps the node's ID across restarts (env STREAMWAL_STATE_DIR)")
 	fl.StringVar(&f.groupCommit, "group-commit", groupCommitAuto, "gather waiting appends into one write: auto, on or off (env STREAMWAL_GROUP_COMMIT; see above)")
-	addRecoveryFlags(fl, &f.retain, &f.dupWindow)
+	addRecoveryFlags(fl, &f.retain, &f.dupWindow, &f.intervals)
 	addConnHelp(cmd)
 	return cmd
 }
@@ -130,7 +131,7 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 	}
 	defer nc.Close()
 	n, gc, err := startNode(ctx, log, nc, nodeSettings{cluster: cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)})
+		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)})
 	if err != nil {
 		return err
 	}
@@ -152,6 +153,9 @@ func (f *nodeFlags) checkNodeFlags(cmd *cobra.Command) error {
 	if f.dupWindow < time.Second {
 		return fmt.Errorf("--duplicate-window must be at least 1s, got %s", f.dupWindow)
 	}
+	if err := f.intervals.check(); err != nil {
+		return err
+	}
 	if f.id == "" && f.stateDir == "" {
 		return errors.New("give --id or --state-dir: a node's ID must stay the same across restarts " +
 			"(--state-dir keeps a generated one)")
@@ -166,6 +170,7 @@ type nodeSettings struct {
 	replicas    int
 	retain      time.Duration
 	dupWindow   time.Duration
+	intervals   storageIntervals
 	groupCommit string
 	// hooks receive the node's (and serve's coordinator's) telemetry:
 	// metrics, and the traces of its appends.
@@ -189,7 +194,7 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	defer cancel()
 	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks,
 		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
-		Recovery: withReplicas(retention(s.retain), s.replicas)})
+		Recovery: withReplicas(retention(s.retain, s.intervals), s.replicas)})
 	if err != nil {
 		return nil, "", fmt.Errorf("start node %s: %w", s.id, explainReplicas(err, nc, s.replicas))
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -41,13 +42,19 @@ const restartVChannel = "pchan-0_1v0"
 // within seconds, but longer than attemptTimeout: the client retries an
 // append only within its attempt, so a retry always reaches the stream
 // within the window and is deduplicated (NATS forgets a message ID after
-// the window, and a later retry would be stored again).
-var truncating = []string{"--retain", "0s", "--duplicate-window", "3s"}
+// the window, and a later retry would be stored again). A checkpoint is
+// persisted, and the stream truncated, every second rather than every
+// 10 s (serve's defaults), so that the tests that wait for truncation do
+// not wait out those 10 s twice: the checkpoint that records a segment
+// flushed is persisted by the round after the flush, which no later
+// append kicks in some tests, and truncation runs first 10 s after a
+// PChannel opens.
+var truncating = []string{"--retain", "0s", "--duplicate-window", "3s", "--checkpoint-interval", "1s", "--truncate-interval", "1s"}
 
 // truncationTimeout bounds a wait for truncation below a flushed segment:
-// serve's defaults persist a round every 10 s (at once past 100 dirty
-// messages) and truncate every 10 s (the first time 10 s after a
-// PChannel opens), so it takes up to about 20 s.
+// with truncating's flags it takes a few seconds (a round persists the
+// checkpoint past the flushed segment within a second, and truncation
+// follows within another); the bound is generous for a loaded machine.
 const truncationTimeout = 60 * time.Second
 
 // signalName names the signals the tests stop serve with (SIGSTOP stands
@@ -421,7 +428,7 @@ func testRestartAfter(t *testing.T, sig syscall.Signal) {
 	flushed := l.maxAcked()
 	flushCollection(t, url, 1)
 	// More than 100 messages after the flush have the next round persist
-	// a checkpoint past it at once, instead of up to 10 s later.
+	// a checkpoint past it at once, instead of at the cadence's next tick.
 	l.preload(t, url, roundKick)
 	c := connect(t, url)
 	truncated := waitTruncated(t, c, l.v.PChannel(), flushed)
@@ -461,13 +468,18 @@ func testRestartAfter(t *testing.T, sig syscall.Signal) {
 // truncated past everything acknowledged before that flush (which takes
 // every earlier segment flushed, whatever the kills interrupted), so that
 // the last ten restarts run on a truncated stream and the read back at
-// the end crosses the archive.
+// the end crosses the archive. The cluster has two PChannels, the one
+// written and an idle one, rather than serve's default sixteen: each
+// start opens every PChannel, and the fourteen more idle ones would
+// double the test's time (TestRestartAfterSignal restarts with the
+// default).
 func TestTwentyRestartsWithAWriter(t *testing.T) {
 	t.Parallel()
 	const restarts = 20
 	signals := []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL, syscall.SIGSTOP}
 	dir := t.TempDir()
-	p, url := serveAndWait(t, dir, truncating...)
+	args := append(slices.Clone(truncating), "--pchannels", "2")
+	p, url := serveAndWait(t, dir, args...)
 	createCollection(t, url, 1)
 	l := newLedger(t, restartVChannel)
 	var times []string
@@ -492,7 +504,7 @@ func TestTwentyRestartsWithAWriter(t *testing.T) {
 		p.stop(signals[i%len(signals)])
 		w.stop()
 		closeLater(t, c)
-		p, url = serveAndWait(t, dir, truncating...)
+		p, url = serveAndWait(t, dir, args...)
 	}
 	t.Logf("process start to first acknowledged append, per restart (after the signal named): %s", strings.Join(times, ", "))
 	c := connect(t, url)

@@ -19,6 +19,8 @@ import (
 	"github.com/streamwal/streamwal/logging"
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
+	"github.com/streamwal/streamwal/services/node/recovery"
+	"github.com/streamwal/streamwal/services/node/wal"
 	"github.com/streamwal/streamwal/services/wire"
 )
 
@@ -39,6 +41,8 @@ type serveFlags struct {
 	retain     time.Duration
 	dupWindow  time.Duration
 	nodeTTL    time.Duration
+	// intervals are the node's checkpoint and truncation intervals.
+	intervals storageIntervals
 	// id, replicas and groupCommit are for existing servers only.
 	id          string
 	replicas    int
@@ -122,7 +126,7 @@ func newServeCmd() *cobra.Command {
 	fl.StringVar(&f.cluster, flagCluster, "local", "streamwal cluster name (env STREAMWAL_CLUSTER)")
 	fl.IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
-	addRecoveryFlags(fl, &f.retain, &f.dupWindow)
+	addRecoveryFlags(fl, &f.retain, &f.dupWindow, &f.intervals)
 	f.natsFlags.add(fl)
 	fl.Lookup(flagServer).DefValue, f.server = "", ""
 	fl.Lookup(flagServer).Usage = "existing NATS servers to run on, comma-separated, instead of the embedded server (env STREAMWAL_SERVER)"
@@ -152,11 +156,34 @@ func checkNodeTTL(fs *pflag.FlagSet, ttl time.Duration) error {
 // minNodeTTL is the shortest --node-ttl: two heartbeats of a node.
 const minNodeTTL = 2 * node.DefaultHeartbeat
 
+// storageIntervals are how often a node persists each PChannel's
+// checkpoint and truncates its stream.
+type storageIntervals struct {
+	checkpoint, truncate time.Duration
+}
+
+// check refuses an interval that is not positive.
+func (iv storageIntervals) check() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"checkpoint-interval", iv.checkpoint}, {"truncate-interval", iv.truncate}} {
+		if f.d <= 0 {
+			return fmt.Errorf("--%s must be positive, got %s", f.name, f.d)
+		}
+	}
+	return nil
+}
+
 // addRecoveryFlags registers the recovery flags serve and node share.
-func addRecoveryFlags(fl *pflag.FlagSet, retain, dupWindow *time.Duration) {
+func addRecoveryFlags(fl *pflag.FlagSet, retain, dupWindow *time.Duration, iv *storageIntervals) {
 	fl.DurationVar(retain, "retain", node.DefaultRetain, "keep at least this much of the log (by age) in the streams; 0s truncates as soon as\n"+
 		"what is below is flushed to the object store and checkpointed, a negative value never truncates;\n"+
 		"what truncation removes stays readable from the object store")
+	fl.DurationVar(&iv.checkpoint, "checkpoint-interval", recovery.DefaultInterval, "the longest a consumed message waits for its PChannel's checkpoint to be persisted\n"+
+		"(at once past 100 such messages); truncation never passes the persisted checkpoint")
+	fl.DurationVar(&iv.truncate, "truncate-interval", wal.DefaultTruncateInterval, "how often each PChannel's stream is truncated as --retain allows (the first time\n"+
+		"this long after the PChannel opens)")
 	fl.DurationVar(dupWindow, "duplicate-window", jetstream.DefaultDuplicateWindow, "how long the streams remember message IDs to drop a retried append that landed;\n"+
 		"truncation never removes messages younger than this")
 }
@@ -188,6 +215,9 @@ func (f *serveFlags) parse(fs *pflag.FlagSet) (serveConfig, error) {
 		return serveConfig{}, err
 	}
 	if err := checkNodeTTL(fs, f.nodeTTL); err != nil {
+		return serveConfig{}, err
+	}
+	if err := f.intervals.check(); err != nil {
 		return serveConfig{}, err
 	}
 	return serveConfig{cluster: cluster, level: level, nodeTTL: f.nodeTTL}, nil
@@ -293,7 +323,7 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
 		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL, Hooks: tracing},
-		Node:  node.Config{Recovery: retention(f.retain), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, Hooks: tracing}})
+		Node:  node.Config{Recovery: retention(f.retain, f.intervals), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, Hooks: tracing}})
 	if err != nil {
 		stopTracing()
 		srv.Shutdown()
@@ -312,15 +342,19 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 	return s, nil
 }
 
-// retention is the node's recovery options for --retain.
-func retention(d time.Duration) node.RecoveryOptions {
+// retention is the node's recovery options for --retain and the
+// intervals.
+func retention(d time.Duration, iv storageIntervals) node.RecoveryOptions {
+	o := node.RecoveryOptions{Cadence: recovery.Cadence{Interval: iv.checkpoint}, TruncateInterval: iv.truncate}
 	switch {
 	case d == 0:
-		return node.RecoveryOptions{Retain: node.RetainNothing}
+		o.Retain = node.RetainNothing
 	case d < 0:
-		return node.RecoveryOptions{NoTruncation: true}
+		o.NoTruncation = true
+	default:
+		o.Retain = d
 	}
-	return node.RecoveryOptions{Retain: d}
+	return o
 }
 
 // waitSettled waits until every PChannel is served or refused because its

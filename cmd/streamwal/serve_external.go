@@ -41,7 +41,7 @@ func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error 
 	if _, _, err := cf.parseCommon(cmd); err != nil {
 		return err
 	}
-	nf := nodeFlags{componentFlags: cf, dupWindow: f.dupWindow, groupCommit: f.groupCommit}
+	nf := nodeFlags{componentFlags: cf, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit}
 	if nf.id == "" {
 		nf.id = defaultServeID()
 	}
@@ -64,7 +64,7 @@ func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error 
 	}
 	defer stopTracing()
 	s, err := startExternal(cmd, &cf, log, cfg, nodeSettings{cluster: cfg.cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)}, f.pchannels)
+		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)}, f.pchannels)
 	if err != nil {
 		return err
 	}
