@@ -122,16 +122,19 @@ func (w *changeWriter) ackedOn(c streamwal.Cluster) int {
 	return len(w.acked[c])
 }
 
-// TestReplicateSwitchover: writers append to the primary while a
-// switchover runs through the command. They are refused with NOT_PRIMARY
-// naming the new primary and go on there; every write acknowledged by
-// either cluster is in the new primary's log exactly once and nothing
-// else is; the old primary is the new one's secondary and copies what it
-// takes, and refuses direct writes.
+// TestReplicateSwitchover: a switchover whose secondary cannot catch up
+// (its node is down) is abandoned and the primary takes writes again.
+// Then writers append to the primary while a switchover runs through the
+// command. They are refused with NOT_PRIMARY naming the new primary and
+// go on there; every write acknowledged by either cluster is in the new
+// primary's log exactly once and nothing else is; the old primary is the
+// new one's secondary and copies what it takes, and refuses direct
+// writes.
 func TestReplicateSwitchover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	eastURL, westURL := namedCluster(t, "east", changePChannels), namedCluster(t, "west", changePChannels)
+	eastURL, westSys := namedCluster(t, "east", changePChannels), namedSystem(t, "west", changePChannels)
+	westURL := westSys.Server.ClientURL()
 	east, west := memberClient(t, "east", eastURL), memberClient(t, "west", westURL)
 	_, err := runCmd(t, "", "replicate", "configure", "--primary", "east="+eastURL, "--secondary", "west="+westURL, "--timeout", "20s")
 	require.NoError(t, err)
@@ -140,6 +143,17 @@ func TestReplicateSwitchover(t *testing.T) {
 
 	_, err = runCmd(t, "", "replicate", "switchover", "--to", "east", "--server", eastURL, "--cluster", "east")
 	require.ErrorContains(t, err, "not a secondary")
+	for _, n := range westSys.Nodes() {
+		westSys.StopNode(n.ID(), true)
+	}
+	out, err := runCmd(t, "", "replicate", "switchover", "--to", "west", "--server", eastURL, "--cluster", "east", "--timeout", "2s")
+	require.ErrorContains(t, err, "switchover abandoned", out)
+	require.Contains(t, out, "waiting: west holds 0 of 2 pchannels through east's last write")
+	require.Contains(t, out, "east: takes writes again")
+	_, err = east.AppendBytes(ctx, vs[0], []byte("after the abandoned switchover"))
+	require.NoError(t, err)
+	_, err = westSys.AddNode(ctx)
+	require.NoError(t, err)
 
 	clients := map[streamwal.Cluster]*client.Client{"east": east, "west": west}
 	var writers []*changeWriter
@@ -153,7 +167,7 @@ func TestReplicateSwitchover(t *testing.T) {
 	}
 	waitFor(t, "writes on east", func() bool { return writers[0].ackedOn("east") > 5 })
 
-	out, err := runCmd(t, "", "replicate", "switchover", "--to", "west", "--server", eastURL, "--cluster", "east", "--timeout", "30s")
+	out, err = runCmd(t, "", "replicate", "switchover", "--to", "west", "--server", eastURL, "--cluster", "east", "--timeout", "30s")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "east: takes no direct write, hands over to west")
 	require.Contains(t, out, "every secondary holds east's log through its last write")
@@ -166,7 +180,7 @@ func TestReplicateSwitchover(t *testing.T) {
 	wg.Wait()
 
 	// Every acknowledged write is in west's log once, and nothing else.
-	want := map[string]int{}
+	want := map[string]int{"after the abandoned switchover": 1}
 	for _, w := range writers {
 		require.Equal(t, streamwal.Cluster("west"), w.told["east"], "writer %d: east's refusal names west", w.g)
 		for _, c := range []streamwal.Cluster{"east", "west"} {
