@@ -62,6 +62,12 @@ type Options struct {
 	// writer of a replicated stream keeps one fenced unit in flight, so
 	// each must carry everything that waits.
 	GroupCommit bool
+	// PlainUpTo, with GroupCommit, sends a short queue (at most this many
+	// messages, every append of one message) as plain publishes pipelined
+	// one behind the other instead of one atomic batch, whose fixed
+	// staging cost a handful of messages do not repay; a longer queue
+	// still waits and goes as one batch. 0 (the default) always batches.
+	PlainUpTo int
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
 	// Archive keeps what Truncate removes in the object store (tiered
@@ -135,6 +141,8 @@ func (o Options) validate() error {
 		return invalidArg("max batch %d must be in [1, %d]", o.MaxBatch, DefaultMaxBatch)
 	case o.MaxInFlight < 1 || o.MaxInFlight > 50:
 		return invalidArg("max in flight %d must be in [1, 50]", o.MaxInFlight)
+	case o.PlainUpTo < 0:
+		return invalidArg("plain up to %d must not be negative", o.PlainUpTo)
 	case o.MaxInFlightMsgs < 1:
 		return invalidArg("max in flight messages %d must be positive", o.MaxInFlightMsgs)
 	case o.AckTimeout < 10*time.Millisecond:

@@ -26,6 +26,10 @@ type Config struct {
 	Replicas int
 	// GroupCommit gathers queued appends into one unit.
 	GroupCommit bool
+	// PlainUpTo, with group commit, sends a short queue (at most this many
+	// messages, every append of one) as pipelined plain publishes rather
+	// than one atomic batch (see plainTrain); 0 never does.
+	PlainUpTo int
 	// MaxBatch bounds the messages of a unit.
 	MaxBatch int
 	// MaxInFlight bounds the units in flight (atomic batches without
@@ -271,6 +275,9 @@ func (p *Pipeline[T]) room() bool {
 	if p.cfg.Replicas > 1 {
 		return p.replicatedRoom()
 	}
+	if p.cfg.GroupCommit && p.plainTrain() {
+		return p.inflightMsgs < p.cfg.MaxInFlightMsgs
+	}
 	if p.cfg.GroupCommit {
 		return len(p.inflight) < p.cfg.MaxInFlight || len(p.inflight) < 2 && p.queuedAtLeast(p.cfg.MaxBatch)
 	}
@@ -307,6 +314,9 @@ func (p *Pipeline[T]) fenced(n int, after string) bool {
 // MaxBatch messages, otherwise one; a solo request (retried after a
 // duplicate refusal) always goes alone.
 func (p *Pipeline[T]) unitSize() (reqs, n int) {
+	if p.plainTrain() {
+		return 1, 1
+	}
 	for i, r := range p.queue {
 		if i > 0 && (!p.cfg.GroupCommit || r.solo || n+r.Len() > p.cfg.MaxBatch) {
 			break
@@ -317,6 +327,25 @@ func (p *Pipeline[T]) unitSize() (reqs, n int) {
 		}
 	}
 	return reqs, n
+}
+
+// plainTrain reports whether, with group commit, the next unit is a plain
+// publish of the first queued append although a batch could gather more:
+// the queue is short (at most PlainUpTo messages, every append of one
+// message, none to go alone), so a batch would pay its fixed staging cost
+// for a handful of messages, while plain publishes pipelined one behind
+// the other cost only their writes. A longer queue goes as a batch, which
+// waits for the units in flight and so gathers what arrives meanwhile.
+func (p *Pipeline[T]) plainTrain() bool {
+	if !p.cfg.GroupCommit || p.cfg.PlainUpTo <= 0 || len(p.queue) > p.cfg.PlainUpTo {
+		return false
+	}
+	for _, r := range p.queue {
+		if r.Len() != 1 || r.solo {
+			return false
+		}
+	}
+	return true
 }
 
 // queuedAtLeast reports whether the queue holds at least n messages.

@@ -25,7 +25,7 @@ import (
 // Commands (the clock starts at t0 and moves only by tick):
 //
 //	new [replicas=N] [group-commit=B] [max-batch=N] [max-in-flight=N]
-//	    [max-in-flight-msgs=N] [barrier=N]
+//	    [max-in-flight-msgs=N] [barrier=N] [plain-up-to=N]
 //	enqueue NAME[=N | =(N,caller)]...   requests of N messages (default 1)
 //	send                 publish every unit the pipeline forms
 //	ack unit=U [seq=S] [count=C] [refused=(wrong-seq|dup|permanent|busy)] [duplicate]
@@ -125,6 +125,7 @@ func (h *harness) new(t *testing.T, d *datadriven.TestData) {
 		Barrier: uint64(intArg(t, d, "barrier", 1)), Replicas: intArg(t, d, "replicas", 1),
 		GroupCommit: true, MaxBatch: intArg(t, d, "max-batch", 8), MaxInFlight: intArg(t, d, "max-in-flight", 2),
 		MaxInFlightMsgs: intArg(t, d, "max-in-flight-msgs", 64), AckTimeout: 5 * time.Second, CloseBudget: 3 * time.Second,
+		PlainUpTo: intArg(t, d, "plain-up-to", 0),
 	}
 	if d.HasArg("group-commit") {
 		d.ScanArgs(t, "group-commit", &cfg.GroupCommit)

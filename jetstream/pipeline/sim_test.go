@@ -140,6 +140,7 @@ func newSim(t *rapid.T) *sim {
 		PChannel: "pchan-0", Term: 1, IDPrefix: "w-", Barrier: 1, BarrierID: "barrier",
 		Replicas:        rapid.SampledFrom([]int{1, 3}).Draw(t, "replicas"),
 		GroupCommit:     rapid.Bool().Draw(t, "group-commit"),
+		PlainUpTo:       rapid.IntRange(0, 4).Draw(t, "plain-up-to"),
 		MaxBatch:        rapid.IntRange(1, 6).Draw(t, "max-batch"),
 		MaxInFlight:     rapid.IntRange(1, 4).Draw(t, "max-in-flight"),
 		MaxInFlightMsgs: rapid.IntRange(6, 16).Draw(t, "max-in-flight-msgs"),
