@@ -191,7 +191,10 @@ func (ch *change) promote(ctx context.Context, target *reached, rs []*reached, n
 	if _, err := ch.tell(ctx, target, next); err != nil {
 		errs = append(errs, err)
 	}
-	return next, errors.Join(errs...), nil
+	if len(errs) > 0 {
+		others = fmt.Errorf("%s is the primary, but not every member could be told (configure them again): %w", target.member.Cluster, errors.Join(errs...))
+	}
+	return next, others, nil
 }
 
 // changed is what switchover, failover and remove report of the

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,7 +142,11 @@ func TestReplicateSwitchover(t *testing.T) {
 	vs, err := east.CreateCollection(ctx, client.Collection{DBName: "db", Name: "col", ID: 1, Partitions: []int64{1}})
 	require.NoError(t, err)
 
+	_, err = runCmd(t, "", "replicate", "switchover", "--server", eastURL, "--cluster", "east")
+	require.ErrorContains(t, err, "--to")
 	_, err = runCmd(t, "", "replicate", "switchover", "--to", "east", "--server", eastURL, "--cluster", "east")
+	require.ErrorContains(t, err, "not a secondary")
+	_, err = runCmd(t, "", "replicate", "failover", "--to", "east", "--server", westURL, "--cluster", "west")
 	require.ErrorContains(t, err, "not a secondary")
 	for _, n := range westSys.Nodes() {
 		westSys.StopNode(n.ID(), true)
@@ -200,10 +205,12 @@ func TestReplicateSwitchover(t *testing.T) {
 	p, ok := streamwal.PrimaryOf(err)
 	require.True(t, ok, "%v", err)
 	require.Equal(t, streamwal.Cluster("west"), p)
-	out, err = runCmd(t, "", "replicate", "status", "--server", eastURL, "--cluster", "east")
-	require.NoError(t, err)
-	require.Contains(t, out, "role:        secondary")
-	require.Contains(t, out, "west/pchan-0")
+	waitFor(t, "east's replicators' records", func() bool {
+		out, err = runCmd(t, "", "replicate", "status", "--server", eastURL, "--cluster", "east")
+		require.NoError(t, err)
+		require.Contains(t, out, "role:        secondary")
+		return strings.Contains(out, "west/pchan-0") && strings.Contains(out, "west/pchan-1")
+	})
 }
 
 // TestReplicateFailoverAndRemove: three clusters, east the primary. A
@@ -278,6 +285,8 @@ func TestReplicateFailoverAndRemove(t *testing.T) {
 
 	_, err = runCmd(t, "", "replicate", "remove", "west", "--server", westURL, "--cluster", "west")
 	require.ErrorContains(t, err, "is the primary")
+	_, err = runCmd(t, "", "replicate", "remove", "east", "--server", westURL, "--cluster", "west")
+	require.ErrorContains(t, err, "not a member", "east left the topology at the failover")
 	out, err = runCmd(t, "", "replicate", "remove", "north", "--server", westURL, "--cluster", "west")
 	require.NoError(t, err)
 	require.Contains(t, out, "north: removed, a standalone primary")
