@@ -19,7 +19,7 @@
 // # Backpressure
 //
 // Memory stays bounded when more load is offered than the nodes absorb:
-// the client holds at most WithMaxPending bytes of appends (64 MiB by
+// the client holds at most WithMaxPending bytes of appends (128 MiB by
 // default), queued or in flight until answered, and at most
 // WithMaxPendingPerPChannel (16 MiB) for one PChannel. A call that finds
 // no room waits for it (Append and AppendAsync alike: AppendAsync returns
@@ -28,9 +28,11 @@
 // with nothing of it sent. A node refuses an append request with the
 // same error when its own bounds are full (see the node package); the
 // client retries that refusal as any retriable one, so the caller sees
-// it only as a wait for room. With the defaults, what the client holds
-// for appends stays under 64 MiB plus one call's worth, however many
-// goroutines append (TestOverloadBoundsMemory, package integration).
+// it only as a wait for room. So what the client holds for appends stays
+// under its bound (as counted: each message's size in a request plus
+// about 1 KiB) plus one call's worth, however many goroutines append;
+// TestOverloadBoundsMemory (package integration) checks the heap under
+// such overload with smaller bounds.
 //
 // # Order
 //
@@ -134,7 +136,7 @@ const (
 	DefaultLinger      = time.Millisecond
 	// DefaultMaxPending bounds the bytes of appends a client holds,
 	// queued or in flight, over all PChannels (see WithMaxPending).
-	DefaultMaxPending = 64 << 20
+	DefaultMaxPending = 128 << 20
 	// DefaultMaxPendingPerPChannel bounds them for one PChannel.
 	DefaultMaxPendingPerPChannel = 16 << 20
 	// DefaultPendingWait is how long an append waits for room before it
@@ -198,7 +200,7 @@ func WithMaxInFlight(n int) Option { return func(o *options) { o.maxInFlight = n
 func WithLinger(d time.Duration) Option { return func(o *options) { o.linger = d } }
 
 // WithMaxPending bounds the bytes of appends the client holds, queued or
-// in flight until answered, over all PChannels (default 64 MiB, counted
+// in flight until answered, over all PChannels (default 128 MiB, counted
 // as each message's size in a request plus about 1 KiB for what the
 // client keeps of it): under more load than the nodes absorb, appends
 // wait for room (see WithPendingWait) instead of queueing without bound.
