@@ -84,6 +84,7 @@ func (r *replicator) loop(ctx context.Context) {
 		go r.follow(actx, cancel, src, changed)
 		progressed, err := r.attempt(actx, src, edge, source)
 		cancel()
+		_, _, _, next := r.cfg.Target.Replication() // before the look: a change after it wakes the wait
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -94,8 +95,7 @@ func (r *replicator) loop(ctx context.Context) {
 			bo.Reset()
 		}
 		r.fail(err)
-		_, _, _, changed = r.cfg.Target.Replication()
-		wait(ctx, changed, time.After(bo.NextBackOff()))
+		wait(ctx, next, time.After(bo.NextBackOff()))
 	}
 }
 
