@@ -111,11 +111,11 @@ func (r *replicator) follow(ctx context.Context, cancel context.CancelFunc, src 
 			return
 		case <-changed:
 		}
+		_, _, _, changed = r.cfg.Target.Replication() // before the look, as in loop
 		if r.redirected(src) {
 			cancel()
 			return
 		}
-		_, _, _, changed = r.cfg.Target.Replication()
 	}
 }
 
