@@ -22,7 +22,10 @@ func newReplicateCmd() *cobra.Command {
 		Short: "Configure and watch replication between streamwal clusters",
 		Long: "A star of clusters, each on its own NATS deployment: one primary takes the\n" +
 			"writes, each secondary replicates its log PChannel by PChannel and refuses\n" +
-			"direct writes (NOT_PRIMARY, naming the primary).",
+			"direct writes (NOT_PRIMARY, naming the primary). configure sets the star;\n" +
+			"switchover (planned) and failover (the primary gone) change the primary, remove\n" +
+			"takes a secondary out; each change carries a version above the members', and a\n" +
+			"cluster never goes back to an older topology.",
 	}
 	cmd.AddCommand(newReplicateConfigureCmd(), newReplicateStatusCmd(), newReplicateSwitchoverCmd(),
 		newReplicateFailoverCmd(), newReplicateRemoveCmd())
