@@ -151,7 +151,7 @@ func TestReplicateSwitchover(t *testing.T) {
 	for _, n := range westSys.Nodes() {
 		westSys.StopNode(n.ID(), true)
 	}
-	out, err := runCmd(t, "", "replicate", "switchover", "--to", "west", "--server", eastURL, "--cluster", "east", "--timeout", "2s")
+	out, err := runCmd(t, "", "replicate", "switchover", "--to", "west", "--server", eastURL, "--cluster", "east", "--catch-up", "1s")
 	require.ErrorContains(t, err, "switchover abandoned", out)
 	require.Contains(t, out, "waiting: west holds 0 of 2 pchannels through east's last write")
 	require.Contains(t, out, "east: takes writes again")

@@ -17,6 +17,7 @@ import (
 func newReplicateSwitchoverCmd() *cobra.Command {
 	f := &connFlags{}
 	var to string
+	var catchUp time.Duration
 	cmd := &cobra.Command{
 		Use:   "switchover --to NAME",
 		Short: "Make a secondary the primary, losing no acknowledged write (planned)",
@@ -25,7 +26,7 @@ func newReplicateSwitchoverCmd() *cobra.Command {
 			"URLs it lists. Three steps: the primary stops taking direct writes (they are\n" +
 			"refused with NOT_PRIMARY naming NAME); every secondary catches up with the\n" +
 			"primary's log up to the TimeTick where it stopped (progress is printed; within\n" +
-			"--timeout, or the primary takes writes again and nothing changed); then NAME\n" +
+			"--catch-up, or the primary takes writes again and nothing changed); then NAME\n" +
 			"becomes the primary and every other member, the old primary included, its\n" +
 			"secondary, replicating what NAME takes from then on.",
 		Args: cobra.NoArgs,
@@ -34,55 +35,84 @@ func newReplicateSwitchoverCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--to: %w", err)
 			}
+			if catchUp <= 0 {
+				return fmt.Errorf("--catch-up must be positive")
+			}
 			return f.withoutClient(cmd, func(ctx context.Context, connect memberConnect) error {
-				return newChange(cmd, f, connect).switchover(ctx, f, target)
+				return newChange(cmd, f, connect).switchover(ctx, f, target, catchUp)
 			})
 		},
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&to, "to", "", "the secondary that becomes the primary")
+	cmd.Flags().DurationVar(&catchUp, "catch-up", 20*time.Second,
+		"how long the primary refuses writes while the secondaries catch up, at most, before the switchover is abandoned")
 	return cmd
 }
 
-// switchover hands the primary role over to the secondary to.
-func (ch *change) switchover(ctx context.Context, f *connFlags, to streamwal.Cluster) error {
-	topo, err := ch.entry(ctx, f)
+// switchover hands the primary role over to the secondary to, waiting
+// at most catchUp for the secondaries.
+func (ch *change) switchover(ctx context.Context, f *connFlags, to streamwal.Cluster, catchUp time.Duration) error {
+	rs, primary, err := ch.switchoverMembers(ctx, f, to)
 	if err != nil {
 		return err
 	}
-	if _, ok := topo.Source(to); !ok {
-		return fmt.Errorf("cluster %s is not a secondary of the topology (primary %s)", to, topo.Primary)
-	}
-	rs, err := ch.reachAll(ctx, topo.Members, true)
-	if err != nil {
-		return fmt.Errorf("a switchover reaches every member (see failover): %w", err)
-	}
-	primary, target := find(rs, topo.Primary), find(rs, to)
-	if !primary.ok || primary.topo.Primary != topo.Primary {
-		return fmt.Errorf("cluster %s does not hold itself the primary: its topology is not the one cluster %s holds (configure them again)", topo.Primary, f.cluster)
-	}
-	v := nextVersion(topo, rs)
-	fence := primary.topo.Clone()
-	fence.Version, fence.Handover = v, to
-	res, err := ch.tell(ctx, primary, fence)
-	if err != nil {
+	v := nextVersion(primary.topo, rs)
+	if err := ch.handOver(ctx, primary, rs, to, v, catchUp); err != nil {
 		return err
-	}
-	last, err := landedAt(primary.member, res)
-	if err != nil {
-		return err
-	}
-	ch.say("%s: takes no direct write, hands over to %s (version %d)", topo.Primary, to, v)
-	if err := ch.catchUp(ctx, primary, rs, last); err != nil {
-		return ch.undoFence(primary, v+1, err)
 	}
 	next := primary.topo.Promote(to)
 	next.Version = v + 1
-	next, others, err := ch.promote(ctx, target, rs, next)
+	next, others, err := ch.promote(ctx, find(rs, to), rs, next)
 	if err != nil {
 		return fmt.Errorf("switchover to %s: %w (run it again)", to, err)
 	}
 	return errors.Join(ch.report(changed{}, next), others)
+}
+
+// switchoverMembers reaches every member of the topology, of which to
+// must be a secondary, and returns them and the primary.
+func (ch *change) switchoverMembers(ctx context.Context, f *connFlags, to streamwal.Cluster) ([]*reached, *reached, error) {
+	topo, err := ch.entry(ctx, f)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, ok := topo.Source(to); !ok {
+		return nil, nil, fmt.Errorf("cluster %s is not a secondary of the topology (primary %s)", to, topo.Primary)
+	}
+	rs, err := ch.reachAll(ctx, topo.Members, true)
+	if err != nil {
+		return nil, nil, fmt.Errorf("a switchover reaches every member (see failover): %w", err)
+	}
+	primary := find(rs, topo.Primary)
+	if !primary.ok || primary.topo.Primary != topo.Primary {
+		return nil, nil, fmt.Errorf("cluster %s does not hold itself the primary: its topology is not the one cluster %s holds (configure them again)", topo.Primary, f.cluster)
+	}
+	return rs, primary, nil
+}
+
+// handOver makes the primary refuse direct writes, naming to, under
+// version v, and waits at most catchUp for every secondary to hold its
+// log through that point; when either fails, the primary takes writes
+// again (version v+1) and the switchover is abandoned.
+func (ch *change) handOver(ctx context.Context, primary *reached, rs []*reached, to streamwal.Cluster, v uint64, catchUp time.Duration) error {
+	fence := primary.topo.Clone()
+	fence.Version, fence.Handover = v, to
+	res, err := ch.tell(ctx, primary, fence)
+	if err != nil {
+		return ch.undoFence(primary, v+1, err)
+	}
+	last, err := landedAt(primary.member, res)
+	if err != nil {
+		return ch.undoFence(primary, v+1, err)
+	}
+	ch.say("%s: takes no direct write, hands over to %s (version %d)", primary.member.Cluster, to, v)
+	cctx, cancel := context.WithTimeout(ctx, catchUp)
+	defer cancel()
+	if err := ch.catchUp(cctx, primary, rs, last); err != nil {
+		return ch.undoFence(primary, v+1, err)
+	}
+	return nil
 }
 
 // undoFence gives the primary its role back after a switchover that
