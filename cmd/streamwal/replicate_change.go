@@ -146,8 +146,8 @@ func landedAt(m messages.ReplicateMember, res client.BroadcastResult) ([]client.
 	return out, nil
 }
 
-// withStart is topo with every edge starting at start (by PChannel index
-// of the primary).
+// withStart is topo with every edge starting where the primary's
+// configuration landed (at, by PChannel index).
 func withStart(topo messages.Topology, at []client.AppendResult) messages.Topology {
 	start := make([]messages.MessageID, len(at))
 	for i, a := range at {
