@@ -24,21 +24,25 @@ func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 // of small objects (so that truncations write several and merge them);
 // and on a three-server cluster with every stream at 3 replicas (see
 // TestConformanceReplicas). The archive changes nothing a writer does, so
-// its run fences in a few rounds only (fence; 0 is the suite's default).
+// its run fences in a few rounds only (fence) and its parallel appenders
+// write a third of the messages (parallel; for both, 0 is the suite's
+// default): what it adds is on the read side, which the fewer messages
+// still take through the archive's hand-off under three terms.
 func TestConformance(t *testing.T) {
 	for _, c := range []struct {
-		name  string
-		sync  bool
-		opts  jetstream.Options
-		fence int
+		name     string
+		sync     bool
+		opts     jetstream.Options
+		fence    int
+		parallel int
 	}{
-		{"default", false, jetstream.Options{}, 0},
-		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}, 0},
-		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}, 5},
+		{"default", false, jetstream.Options{}, 0, 0},
+		{"groupcommit-syncalways", true, jetstream.Options{GroupCommit: true}, 0, 0},
+		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}, 5, conformance.DefaultParallelMessages / 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			h := jetStreamHarness(t, c.sync, c.opts)
-			h.FenceIterations = c.fence
+			h.FenceIterations, h.ParallelMessages = c.fence, c.parallel
 			conformance.Run(t, h)
 		})
 	}
@@ -50,14 +54,16 @@ func TestConformance(t *testing.T) {
 // suite's scanner once left that scanner without a message for 50 s on
 // a machine loaded far past its cores; until that is understood, the
 // member restart is covered by cmd/streamwal's TestClusterProcessesUnderFaults,
-// which restarts a server under the whole system.)
+// which restarts a server under the whole system.) Its writers are those
+// of TestConformance's default run: it fences in a few rounds only, and
+// its parallel appenders write a third of the messages.
 func TestConformanceReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}
 	cl := embedded.StartTestCluster(t)
 	h := harness(t, func(opts ...nats.Option) (*nats.Conn, error) { return cl.Connect(opts...) }, jetstream.Options{Replicas: 3})
-	h.FenceIterations = 5
+	h.FenceIterations, h.ParallelMessages = 5, conformance.DefaultParallelMessages/3
 	conformance.Run(t, h)
 }
 

@@ -34,6 +34,11 @@ type Harness struct {
 	DropConnections func(t *testing.T)
 	// FenceIterations is how many rounds the fencing test runs (default 30).
 	FenceIterations int
+	// ParallelMessages is how many messages the appenders of one PChannel
+	// write under each term in ParallelAppendRead (default
+	// DefaultParallelMessages): a run whose backend writes as another run
+	// of the same writer does may write fewer.
+	ParallelMessages int
 	// Archive says that the backends keep what Truncate removes readable
 	// (for JetStream: Options.Archive): a read from below the truncation
 	// point delivers the truncated messages first, and the Archive checks

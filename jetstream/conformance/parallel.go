@@ -20,10 +20,7 @@ const (
 	parallelPChannels = 3
 	parallelTerms     = 3
 	parallelAppenders = 8
-	// parallelMsgsPerTerm is how many messages the appenders of one
-	// PChannel write under one term (together).
-	parallelMsgsPerTerm = 1200
-	parallelScanners    = 2
+	parallelScanners  = 2
 	// maxReported bounds the violations one check prints in full.
 	maxReported = 20
 )
@@ -166,7 +163,7 @@ func scanUntil(ctx context.Context, sc jetstream.Scanner, target *atomic.Uint64)
 // parallelTerm runs the concurrent appenders of one term and returns what
 // they got acknowledged.
 func (e *env) parallelTerm(ctx context.Context, t *testing.T, w jetstream.Writer, vs []streamwal.VChannel, term uint64) []*ackedAppend {
-	perG := (parallelMsgsPerTerm + parallelAppenders - 1) / parallelAppenders
+	perG := (e.h.ParallelMessages + parallelAppenders - 1) / parallelAppenders
 	out := make([][]*ackedAppend, parallelAppenders)
 	var wg sync.WaitGroup
 	for g := range parallelAppenders {

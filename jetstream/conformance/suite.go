@@ -10,6 +10,11 @@ import (
 // the harness or STREAMWAL_FENCE_ITERATIONS says otherwise.
 const DefaultFenceIterations = 30
 
+// DefaultParallelMessages is how many messages the appenders of one
+// PChannel write under each term in ParallelAppendRead unless the harness
+// says otherwise.
+const DefaultParallelMessages = 1200
+
 // FenceIterationsEnv overrides Harness.FenceIterations (to raise the
 // rounds of the fencing test in a long run).
 const FenceIterationsEnv = "STREAMWAL_FENCE_ITERATIONS"
@@ -62,6 +67,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	if h.FenceIterations <= 0 {
 		h.FenceIterations = DefaultFenceIterations
+	}
+	if h.ParallelMessages <= 0 {
+		h.ParallelMessages = DefaultParallelMessages
 	}
 	e := &env{h: h, codec: h.Codec}
 	t.Run("ParallelAppendRead", e.testParallelAppendRead)

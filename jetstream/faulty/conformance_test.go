@@ -17,7 +17,8 @@ import (
 // To keep it short, it leaves out what the wrapper only passes on and the
 // backend's own runs cover at length (jetstream's TestConformance): the
 // archive checks, the server restarts and dropped connections of the
-// fault check, and most rounds of the fencing check.
+// fault check, most rounds of the fencing check, and two thirds of the
+// parallel appends.
 func TestConformancePassThrough(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the whole conformance suite")
@@ -42,9 +43,10 @@ func TestConformancePassThrough(t *testing.T) {
 		return faulty.New(b, faulty.Pass)
 	}
 	conformance.Run(t, conformance.Harness{
-		New:             func(t *testing.T) jetstream.Backend { return connect(t, opts) },
-		Codec:           codec,
-		FenceIterations: 5,
+		New:              func(t *testing.T) jetstream.Backend { return connect(t, opts) },
+		Codec:            codec,
+		FenceIterations:  5,
+		ParallelMessages: conformance.DefaultParallelMessages / 3,
 		NewRestricted: func(t *testing.T, allowed []streamwal.PChannel) jetstream.Backend {
 			o := opts
 			o.PChannels = allowed
