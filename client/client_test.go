@@ -950,7 +950,9 @@ func TestWatermarkAdvancesWhenIdle(t *testing.T) {
 func TestTxnTimeoutIsUnknownOutcome(t *testing.T) {
 	s := newSystem(t)
 	ctx := testCtx(t)
-	c := newClient(t, s, client.WithoutLocalBypass(), client.WithTimeout(100*time.Millisecond))
+	// The timeout bounds BeginTxn too, on a node that answers: 100 ms
+	// failed it on a busy machine.
+	c := newClient(t, s, client.WithoutLocalBypass(), client.WithTimeout(2*time.Second))
 	_, v := createCollection(t, ctx, c)
 	txn, err := c.BeginTxn(ctx, v, 0)
 	require.NoError(t, err)
