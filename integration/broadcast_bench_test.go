@@ -19,8 +19,9 @@ import (
 // BenchmarkBroadcast measures the latency of one broadcast, called
 // sequentially through the coordinator's request subject on an embedded
 // cluster (one coordinator, two nodes, 16 PChannels, one file-store
-// server without fsync): the call returns once every replica landed, the
-// task is a tombstone and its keys are free.
+// server, without and with fsync before every ack: sync=false, sync=true):
+// the call returns once every replica landed, the task is a tombstone and
+// its keys are free.
 //
 //   - cchannel: CreateDatabase of a fresh database per call, which goes to
 //     the CChannel only;
@@ -31,14 +32,22 @@ import (
 // Each reports the p50 and p99 latency in ms and ops/s, and, measured in
 // the same run on the same server for comparison, the latency of one raw
 // synchronous JetStream publish to one file-store stream (raw-p50-ms,
-// raw-p99-ms):
+// raw-p99-ms) and the ratio of the p50s:
 //
 //	go test -run '^$' -bench BenchmarkBroadcast -benchtime 200x ./integration/
 func BenchmarkBroadcast(b *testing.B) {
+	for _, fsync := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sync=%v", fsync), func(b *testing.B) { benchBroadcast(b, fsync) })
+	}
+}
+
+// benchBroadcast is BenchmarkBroadcast on a server that fsyncs before
+// every ack or not.
+func benchBroadcast(b *testing.B, fsync bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	s, err := system.Start(ctx, system.Options{Cluster: "bench", Coordinators: 1, Nodes: 2,
-		ServerOptions: embedded.Options{StoreDir: b.TempDir()}})
+		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: fsync}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -90,6 +99,7 @@ func BenchmarkBroadcast(b *testing.B) {
 			b.ReportMetric(ms(hist.ValueAtQuantile(99)), "p99-ms")
 			b.ReportMetric(ms(rawHist.ValueAtQuantile(50)), "raw-p50-ms")
 			b.ReportMetric(ms(rawHist.ValueAtQuantile(99)), "raw-p99-ms")
+			b.ReportMetric(float64(hist.ValueAtQuantile(50))/float64(rawHist.ValueAtQuantile(50)), "p50/raw-p50")
 		})
 	}
 }
