@@ -105,11 +105,14 @@ type run struct {
 	task     *Task
 	replicas map[string]*messages.MutableMessage
 	saveMu   sync.Mutex
-	acked    chan struct{} // signalled on every acknowledgement
-	queued   bool
-	called   chan struct{} // closed when its callback ran
-	done     chan struct{} // closed when the task is a tombstone or stuck
-	err      error
+	// asked counts the saves asked for (under the broadcaster's mutex),
+	// saved the last of them a stored snapshot covers (under saveMu).
+	asked, saved uint64
+	acked        chan struct{} // signalled on every acknowledgement
+	queued       bool
+	called       chan struct{} // closed when its callback ran
+	done         chan struct{} // closed when the task is a tombstone or stuck
+	err          error
 }
 
 // New returns a broadcaster; call Resume before serving.

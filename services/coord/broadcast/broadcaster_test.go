@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -983,4 +984,41 @@ func TestCallbackHooks(t *testing.T) {
 	require.Len(t, hook.ends[0].Failures, 2, "the two attempts that failed")
 	require.NoError(t, hook.ends[0].Err)
 	require.Equal(t, []bool{true}, hook.ctxOK)
+}
+
+// TestSavesOfReplicasThatLandTogetherCoalesce: the task is persisted with
+// every replica's result before that replica's append returns, but the
+// replicas that land while a save is under way share the next save
+// instead of one each. The first save after a replica landed is held in
+// the store until all four landed: then one more save covers the rest.
+func TestSavesOfReplicasThatLandTogetherCoalesce(t *testing.T) {
+	e := newEnv(t)
+	var held sync.Once
+	e.store.failSave = func(task *broadcast.Task) error {
+		if task.State == broadcast.Pending && len(task.Appended) > 0 {
+			held.Do(func() {
+				require.Eventually(t, func() bool { return len(e.app.Landed()) == 4 }, 10*time.Second, time.Millisecond)
+			})
+		}
+		return nil
+	}
+	b := e.start(e.config())
+	res, err := b.Broadcast(context.Background(), e.createCollection("db", "c1", 1, e.v1, e.v2, e.v3))
+	require.NoError(t, err)
+	require.Len(t, res.Appended, 4)
+
+	e.store.mu.Lock()
+	defer e.store.mu.Unlock()
+	var appended []int
+	for _, s := range e.store.saves {
+		if s.State == broadcast.Pending && len(s.Appended) > 0 && len(s.Acked) < 4 {
+			appended = append(appended, len(s.Appended))
+		}
+	}
+	// Without coalescing there would be one per replica.
+	require.Len(t, appended, 2, "saves of replicas' results: the held one, then one for the rest (%v)", appended)
+	require.Equal(t, 4, appended[1])
+	last := e.store.saves[len(e.store.saves)-1]
+	require.Equal(t, broadcast.Tombstone, last.State)
+	require.Equal(t, res.Appended, last.Appended)
 }

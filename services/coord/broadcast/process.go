@@ -362,21 +362,37 @@ func (b *Broadcaster) fail(r *run, err error) {
 	close(r.done)
 }
 
-// save persists a task, retrying a failing store with backoff until it
-// succeeds or the broadcaster stops (then the next coordinator resumes
-// the task from what was saved before). Saves of one task are serialized.
+// save persists a task with every change made before the call, retrying
+// a failing store with backoff until it succeeds or the broadcaster stops
+// (then the next coordinator resumes the task from what was saved
+// before). Saves of one task are serialized and coalesce: a save that
+// waited while another stored a snapshot taken after it was asked for
+// has nothing left to do. So the replicas of a broadcast that land
+// together cost one or two writes, not one each.
 func (b *Broadcaster) save(r *run) error {
+	b.mu.Lock()
+	r.asked++
+	want := r.asked
+	b.mu.Unlock()
 	r.saveMu.Lock()
 	defer r.saveMu.Unlock()
+	if r.saved >= want {
+		return nil
+	}
 	return b.retry(5*time.Second, func() error {
+		b.mu.Lock()
+		covers := r.asked // the snapshot below holds every change made before
+		b.mu.Unlock()
 		t := b.snapshot(r)
 		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
 		defer cancel()
 		err := b.cfg.Store.Save(ctx, t)
 		if err != nil {
 			b.log.Warn().Err(err).Uint64("broadcast", t.ID).Msg("save task; retrying")
+			return err
 		}
-		return err
+		r.saved = covers
+		return nil
 	})
 }
 
