@@ -44,6 +44,11 @@
 //     fsync instead of one per message. A second unit goes out early only
 //     when a full batch is already waiting, so that the server starts on it
 //     as soon as it finished the first instead of after a round trip.
+//     A short queue of one-message appends ([Options.PlainUpTo], 8 by
+//     default on one replica) goes out as plain publishes pipelined one
+//     behind the other instead: an R1 atomic batch's staging costs more
+//     than a few fsyncs, which a handful of messages do not repay
+//     (BenchmarkAppendPolicy measures it).
 //
 // Every unit is conditioned so that the stream grows only along the prefix
 // this writer has seen, and so that nothing of this writer can land after a

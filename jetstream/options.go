@@ -18,6 +18,8 @@ const (
 	// DefaultMaxInFlight is how many batches a writer keeps in flight; the
 	// server allows 50 per stream.
 	DefaultMaxInFlight = 4
+	// DefaultPlainUpTo is Options.PlainUpTo's default on one replica.
+	DefaultPlainUpTo = 8
 	// DefaultMaxInFlightMsgs bounds the messages a writer has in flight.
 	DefaultMaxInFlightMsgs = 4096
 	// DefaultAckTimeout bounds the wait for a batch's commit ack before the
@@ -65,8 +67,12 @@ type Options struct {
 	// PlainUpTo, with GroupCommit, sends a short queue (at most this many
 	// messages, every append of one message) as plain publishes pipelined
 	// one behind the other instead of one atomic batch, whose fixed
-	// staging cost a handful of messages do not repay; a longer queue
-	// still waits and goes as one batch. 0 (the default) always batches.
+	// staging cost a handful of messages do not repay (an R1 atomic batch
+	// under fsync costs several fsyncs' worth, see BenchmarkAppendPolicy);
+	// a longer queue still waits and goes as one batch. 0 is
+	// DefaultPlainUpTo on a stream of one replica (a replicated stream
+	// already sends its writer's lone publishes at once, see the package
+	// doc); a negative value always batches.
 	PlainUpTo int
 	// AckTimeout bounds the wait for a batch's ack.
 	AckTimeout time.Duration
@@ -108,6 +114,9 @@ func (o Options) withDefaults(codec *messages.Codec) Options {
 	if o.MaxBatch == 0 {
 		o.MaxBatch = DefaultMaxBatch
 	}
+	if o.PlainUpTo == 0 && o.Replicas == 1 {
+		o.PlainUpTo = DefaultPlainUpTo
+	}
 	if o.MaxInFlight == 0 && o.GroupCommit {
 		// One unit in flight: everything that arrives meanwhile joins the
 		// next, which is what makes group commit pay.
@@ -141,8 +150,6 @@ func (o Options) validate() error {
 		return invalidArg("max batch %d must be in [1, %d]", o.MaxBatch, DefaultMaxBatch)
 	case o.MaxInFlight < 1 || o.MaxInFlight > 50:
 		return invalidArg("max in flight %d must be in [1, 50]", o.MaxInFlight)
-	case o.PlainUpTo < 0:
-		return invalidArg("plain up to %d must not be negative", o.PlainUpTo)
 	case o.MaxInFlightMsgs < 1:
 		return invalidArg("max in flight messages %d must be positive", o.MaxInFlightMsgs)
 	case o.AckTimeout < 10*time.Millisecond:

@@ -21,7 +21,7 @@ import (
 // writer (Options.PlainUpTo) on one PChannel of a server that fsyncs
 // before every ack: 1 KiB appends from 1 to 64 callers that each wait for
 // their append, through a writer that always batches what waits
-// (PlainUpTo 0), writers that send a short queue as plain publishes
+// (PlainUpTo -1), writers that send a short queue as plain publishes
 // (PlainUpTo 4 and 8), and raw synchronous publishes from as many
 // callers, in rotating rounds. It reports each path's msgs/s and the writers' ratios
 // to raw:
@@ -39,7 +39,7 @@ func BenchmarkAppendPolicy(b *testing.B) {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			runs++
 			paths := []func(n int) time.Duration{
-				policyWriter(b, nc, jetstream.Options{GroupCommit: true}, fmt.Sprintf("batch%d", runs), callers),
+				policyWriter(b, nc, jetstream.Options{GroupCommit: true, PlainUpTo: -1}, fmt.Sprintf("batch%d", runs), callers),
 				policyWriter(b, nc, jetstream.Options{GroupCommit: true, PlainUpTo: 4}, fmt.Sprintf("plainfour%d", runs), callers),
 				policyWriter(b, nc, jetstream.Options{GroupCommit: true, PlainUpTo: 8}, fmt.Sprintf("plaineight%d", runs), callers),
 				policyRawSync(b, nc, fmt.Sprintf("RAWSYNC%d", runs), callers),

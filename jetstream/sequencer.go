@@ -44,7 +44,7 @@ func newSequencer(w *writer, barrierSeq uint64) (*sequencer, error) {
 		p: pipeline.New[*AppendFuture](pipeline.Config{
 			PChannel: w.p.String(), Term: w.term, IDPrefix: w.idPrefix,
 			Barrier: barrierSeq, BarrierID: w.barrier.MsgID(),
-			Replicas: o.Replicas, GroupCommit: o.GroupCommit, PlainUpTo: o.PlainUpTo, MaxBatch: o.MaxBatch,
+			Replicas: o.Replicas, GroupCommit: o.GroupCommit, PlainUpTo: max(o.PlainUpTo, 0), MaxBatch: o.MaxBatch,
 			MaxInFlight: o.MaxInFlight, MaxInFlightMsgs: o.MaxInFlightMsgs,
 			AckTimeout: o.AckTimeout, CloseBudget: closeBudget,
 		}),
