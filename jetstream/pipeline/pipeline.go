@@ -166,6 +166,10 @@ type Pipeline[T any] struct {
 	ackedID, lastID string
 	nextNum         uint64
 	quietRun        int // units sent unanswered since the last answered one
+	// demand is the recent peak of appends queued and in flight when a
+	// unit went out, decaying by an eighth a unit: the load plainTrain
+	// judges by.
+	demand int
 	refusals        int // refusals in a row, for the pause
 	phase           phase
 	resumeAt        time.Time     // the end of a pause or of a retry's wait
@@ -331,13 +335,17 @@ func (p *Pipeline[T]) unitSize() (reqs, n int) {
 
 // plainTrain reports whether, with group commit, the next unit is a plain
 // publish of the first queued append although a batch could gather more:
-// the queue is short (at most PlainUpTo messages, every append of one
-// message, none to go alone), so a batch would pay its fixed staging cost
-// for a handful of messages, while plain publishes pipelined one behind
-// the other cost only their writes. A longer queue goes as a batch, which
-// waits for the units in flight and so gathers what arrives meanwhile.
+// the load is light (at most PlainUpTo appends queued and in flight, now
+// and at the recent sends, every queued append of one message, none to go
+// alone), so a batch would pay its fixed staging cost for a handful of
+// messages, while plain publishes pipelined one behind the other cost
+// only their writes. Under a heavier load units go as batches, which wait
+// for the unit in flight and so gather what arrives meanwhile; the recent
+// peak keeps a load that arrives in bursts (callers that all wait for the
+// same batch, then append again together) from starting each burst with
+// a few plain publishes that the batch behind them would wait for.
 func (p *Pipeline[T]) plainTrain() bool {
-	if !p.cfg.GroupCommit || p.cfg.PlainUpTo <= 0 || len(p.queue) > p.cfg.PlainUpTo {
+	if !p.cfg.GroupCommit || p.cfg.PlainUpTo <= 0 || max(p.demand, p.inflightMsgs+len(p.queue)) > p.cfg.PlainUpTo {
 		return false
 	}
 	for _, r := range p.queue {
@@ -361,6 +369,7 @@ func (p *Pipeline[T]) queuedAtLeast(n int) bool {
 // reserve takes the next unit (see unitSize) off the queue and reserves
 // its place in the stream.
 func (p *Pipeline[T]) reserve() *Unit[T] {
+	p.demand = max(p.inflightMsgs+len(p.queue), p.demand-(p.demand+7)/8)
 	k, n := p.unitSize()
 	u := &Unit[T]{Num: p.nextNum, Expect: p.tail, After: p.lastID, N: n}
 	u.Reqs = append(u.oneReq[:0], p.queue[:k]...)
