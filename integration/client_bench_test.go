@@ -46,16 +46,7 @@ func BenchmarkClient(b *testing.B) {
 
 // benchClientRun is one run of BenchmarkClient on a fresh system.
 func benchClientRun(b *testing.B, window int) {
-	ctx := context.Background()
-	s, err := system.Start(ctx, system.Options{Cluster: "bench",
-		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: true}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.WaitServing(ctx, false); err != nil {
-		b.Fatal(err)
-	}
+	s := startBenchSystem(b, "bench", true)
 	remote := benchClient(b, s, client.WithoutLocalBypass())
 	local := benchClient(b, s)
 	vs := benchCollections(b, remote, 16)
@@ -95,6 +86,23 @@ func benchClientRun(b *testing.B, window int) {
 	b.ReportMetric(rRawRead, "raw-read-msgs/s")
 	b.ReportMetric(rRead/rRawRead, "read/raw-read")
 	b.ReportMetric(0, "ns/op")
+}
+
+// startBenchSystem starts a system of one node on a server of its own,
+// fsyncing before every ack or not, and waits until it serves every
+// PChannel; it stops when the benchmark ends.
+func startBenchSystem(b *testing.B, cluster streamwal.Cluster, fsync bool) *system.System {
+	ctx := context.Background()
+	s, err := system.Start(ctx, system.Options{Cluster: cluster,
+		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: fsync}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	if _, err := s.WaitServing(ctx, false); err != nil {
+		b.Fatal(err)
+	}
+	return s
 }
 
 // benchClient connects a client to the system's server.

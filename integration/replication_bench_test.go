@@ -12,7 +12,6 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
-	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -87,16 +86,7 @@ type benchCluster struct {
 
 // startBenchCluster starts a cluster on a server of its own that fsyncs.
 func startBenchCluster(b *testing.B, name streamwal.Cluster) *benchCluster {
-	ctx := context.Background()
-	s, err := system.Start(ctx, system.Options{Cluster: name,
-		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: true}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(s.Close)
-	if _, err := s.WaitServing(ctx, false); err != nil {
-		b.Fatal(err)
-	}
+	s := startBenchSystem(b, name, true)
 	nc, err := s.Server.Connect()
 	if err != nil {
 		b.Fatal(err)

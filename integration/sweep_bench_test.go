@@ -17,8 +17,6 @@ import (
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
-	"github.com/streamwal/streamwal/embedded"
-	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/internal/rotate"
 	"github.com/streamwal/streamwal/messages"
 )
@@ -78,16 +76,7 @@ func BenchmarkSweep(b *testing.B) {
 // benchSweepMode starts the system of one dimension of BenchmarkSweep and
 // runs its levels.
 func benchSweepMode(b *testing.B, fsync bool) {
-	ctx := context.Background()
-	s, err := system.Start(ctx, system.Options{Cluster: "bench",
-		ServerOptions: embedded.Options{StoreDir: b.TempDir(), SyncAlways: fsync}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	if _, err := s.WaitServing(ctx, false); err != nil {
-		b.Fatal(err)
-	}
+	s := startBenchSystem(b, "bench", fsync)
 	remote := benchClient(b, s, client.WithoutLocalBypass())
 	local := benchClient(b, s)
 	vs := benchCollections(b, remote, sweepPChannels)
