@@ -7,6 +7,7 @@ import (
 	"iter"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -30,9 +31,25 @@ type scanner struct {
 	whole       map[*messages.Type]bool
 	bodies      njs.MessagesContext // nil unless whole types are asked for
 	ahead       njs.Msg             // a message of bodies read past the one wanted
-	mu          sync.Mutex
-	closed      bool
+	// cfg, pull and bodiesCfg create the consumers again (see restart);
+	// last is the stream sequence msgs delivered last, stall how long the
+	// next wait for a message may last before the scanner looks whether
+	// its consumer stalled.
+	cfg, bodiesCfg njs.OrderedConsumerConfig
+	pull           []njs.PullMessagesOpt
+	last           uint64
+	stall          time.Duration
+	mu             sync.Mutex
+	closed         bool
 }
+
+// Bounds of the wait for a message before a scanner looks whether its
+// consumer stalled: it starts at minStall and doubles while restarts
+// bring nothing, up to maxStall.
+const (
+	minStall = 5 * time.Second
+	maxStall = time.Minute
+)
 
 // headersOnlyBatch is how many messages a headers-only consumer asks for
 // at a time: headers are small, and a larger batch halves the per-message
@@ -41,25 +58,24 @@ const headersOnlyBatch = 4096
 
 // newScanner creates the ordered consumers and starts their message flow.
 func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts ReadOptions) (*scanner, error) {
-	s := &scanner{b: b, p: p, start: opts.Start, headersOnly: opts.HeadersOnly}
-	cfg := consumerConfig(opts)
-	var pull []njs.PullMessagesOpt
+	s := &scanner{b: b, p: p, start: opts.Start, headersOnly: opts.HeadersOnly, stall: minStall}
+	s.cfg = consumerConfig(opts)
 	if opts.HeadersOnly {
-		cfg.HeadersOnly = true
-		pull = append(pull, njs.PullMaxMessages(headersOnlyBatch))
+		s.cfg.HeadersOnly = true
+		s.pull = append(s.pull, njs.PullMaxMessages(headersOnlyBatch))
 	}
 	var err error
-	if s.msgs, err = b.orderedMessages(ctx, p, opts.Start, cfg, pull...); err != nil {
+	if s.msgs, err = b.orderedMessages(ctx, p, opts.Start, s.cfg, s.pull...); err != nil {
 		return nil, err
 	}
 	if opts.HeadersOnly && len(opts.Whole) > 0 {
 		s.whole = map[*messages.Type]bool{}
-		cfg := consumerConfig(ReadOptions{Start: opts.Start})
+		s.bodiesCfg = consumerConfig(ReadOptions{Start: opts.Start})
 		for _, t := range opts.Whole {
 			s.whole[t] = true
-			cfg.FilterSubjects = append(cfg.FilterSubjects, b.codec.Cluster().PChannelTypeFilters(p, t.Token)...)
+			s.bodiesCfg.FilterSubjects = append(s.bodiesCfg.FilterSubjects, b.codec.Cluster().PChannelTypeFilters(p, t.Token)...)
 		}
-		if s.bodies, err = b.orderedMessages(ctx, p, opts.Start, cfg); err != nil {
+		if s.bodies, err = b.orderedMessages(ctx, p, opts.Start, s.bodiesCfg); err != nil {
 			s.msgs.Stop()
 			return nil, err
 		}
@@ -102,7 +118,7 @@ func (s *scanner) Start() StartPosition { return s.start }
 
 // Next implements Scanner.
 func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) {
-	m, seq, err := s.next(ctx, s.msgs)
+	m, seq, err := s.nextMain(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +134,97 @@ func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 		return s.wholeMessage(ctx, seq)
 	}
 	return im, nil
+}
+
+// nextMain takes the next message of the main consumer. An ordered
+// consumer of a replicated stream was seen to stay silent for good while
+// the stream grew and its heartbeats kept coming (so nats.go did not
+// replace it), when it was created just after the stream: a scanner that
+// waits for a message longer than its stall bound, while the stream holds
+// messages past the last one it delivered, starts its consumers again
+// after that message. The bound doubles while that brings nothing (the
+// newer messages may be others' than its filters let through).
+func (s *scanner) nextMain(ctx context.Context) (njs.Msg, uint64, error) {
+	for {
+		wait, cancel := context.WithTimeout(ctx, s.stall)
+		m, seq, err := s.next(wait, s.current())
+		cancel()
+		if err == nil {
+			s.last, s.stall = seq, minStall
+			return m, seq, nil
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return nil, 0, err
+		}
+		if err := s.restartIfStalled(ctx); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// current is the main consumer's message flow.
+func (s *scanner) current() njs.MessagesContext {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.msgs
+}
+
+// restartIfStalled starts the consumers again after the last message
+// delivered if the stream holds later ones. A scanner that started at the
+// stream's end and delivered nothing yet keeps its consumer: it cannot
+// tell where it started.
+func (s *scanner) restartIfStalled(ctx context.Context) error {
+	if s.last == 0 && s.start.Kind == StartLatest {
+		return nil
+	}
+	str, err := s.b.js.Stream(ctx, s.b.codec.Cluster().StreamName(s.p))
+	if err != nil {
+		return classify(fmt.Errorf("read %s: %w", s.p, err))
+	}
+	if str.CachedInfo().State.LastSeq <= s.last {
+		return nil // nothing to read: keep waiting
+	}
+	s.stall = min(2*s.stall, maxStall)
+	from := StartPosition{Kind: StartAfter, ID: messages.MessageID(s.last)}
+	if s.last == 0 {
+		from = s.start
+	}
+	s.b.log.Debug().Str("pchannel", s.p.String()).Stringer("from", from).Msg("scanner's consumer delivered nothing while its stream grew: starting it again")
+	return s.restart(ctx, from)
+}
+
+// restart replaces the consumers by ones that start at from.
+func (s *scanner) restart(ctx context.Context, from StartPosition) error {
+	cfg := consumerConfig(ReadOptions{Start: from, Filters: s.cfg.FilterSubjects})
+	cfg.HeadersOnly = s.cfg.HeadersOnly
+	msgs, err := s.b.orderedMessages(ctx, s.p, from, cfg, s.pull...)
+	if err != nil {
+		return err
+	}
+	var bodies njs.MessagesContext
+	if s.bodies != nil {
+		bcfg := consumerConfig(ReadOptions{Start: from, Filters: s.bodiesCfg.FilterSubjects})
+		if bodies, err = s.b.orderedMessages(ctx, s.p, from, bcfg); err != nil {
+			msgs.Stop()
+			return err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		msgs.Stop()
+		if bodies != nil {
+			bodies.Stop()
+		}
+		return s.closedErr()
+	}
+	s.msgs.Stop()
+	s.msgs = msgs
+	if bodies != nil {
+		s.bodies.Stop()
+		s.bodies, s.ahead = bodies, nil
+	}
+	return nil
 }
 
 // next takes the next message of one of s's consumers, with its stream
