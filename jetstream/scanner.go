@@ -44,8 +44,8 @@ type scanner struct {
 }
 
 // Bounds of the wait for a message before a scanner looks whether its
-// consumer stalled: it starts at minStall and doubles while restarts
-// bring nothing, up to maxStall.
+// consumer stalled: it starts at minStall and doubles at every look, up
+// to maxStall, until a message comes.
 const (
 	minStall = 5 * time.Second
 	maxStall = time.Minute
@@ -141,9 +141,9 @@ func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 // the stream grew and its heartbeats kept coming (so nats.go did not
 // replace it), when it was created just after the stream: a scanner that
 // waits for a message longer than its stall bound, while the stream holds
-// messages past the last one it delivered, starts its consumers again
-// after that message. The bound doubles while that brings nothing (the
-// newer messages may be others' than its filters let through).
+// a message past the last one it delivered that its filters let through,
+// starts its consumers again after that message. The bound doubles at
+// every look and starts again with each message delivered.
 func (s *scanner) nextMain(ctx context.Context) (njs.Msg, uint64, error) {
 	for {
 		wait, cancel := context.WithTimeout(ctx, s.stall)
@@ -170,27 +170,52 @@ func (s *scanner) current() njs.MessagesContext {
 }
 
 // restartIfStalled starts the consumers again after the last message
-// delivered if the stream holds later ones. A scanner that started at the
-// stream's end and delivered nothing yet keeps its consumer: it cannot
-// tell where it started.
+// delivered if the stream holds a later one that the scanner's filters
+// let through. A scanner that started at the stream's end and delivered
+// nothing yet keeps its consumer: it cannot tell where it started. The
+// wait before the next look doubles either way, so that an idle scanner
+// looks about once a minute.
 func (s *scanner) restartIfStalled(ctx context.Context) error {
 	if s.last == 0 && s.start.Kind == StartLatest {
 		return nil
 	}
-	str, err := s.b.js.Stream(ctx, s.b.codec.Cluster().StreamName(s.p))
-	if err != nil {
-		return classify(fmt.Errorf("read %s: %w", s.p, err))
-	}
-	if str.CachedInfo().State.LastSeq <= s.last {
-		return nil // nothing to read: keep waiting
-	}
 	s.stall = min(2*s.stall, maxStall)
+	newer, err := s.newerThan(ctx, s.last)
+	if err != nil || !newer {
+		return err // nothing to read: keep waiting
+	}
 	from := StartPosition{Kind: StartAfter, ID: messages.MessageID(s.last)}
 	if s.last == 0 {
 		from = s.start
 	}
 	s.b.log.Debug().Str("pchannel", s.p.String()).Stringer("from", from).Msg("scanner's consumer delivered nothing while its stream grew: starting it again")
 	return s.restart(ctx, from)
+}
+
+// newerThan reports whether the stream holds a message after seq that
+// the scanner's filters let through: the stream's last message without
+// filters, each filter's last message with them (direct gets).
+func (s *scanner) newerThan(ctx context.Context, seq uint64) (bool, error) {
+	str, err := s.b.js.Stream(ctx, s.b.codec.Cluster().StreamName(s.p))
+	if err != nil {
+		return false, classify(fmt.Errorf("read %s: %w", s.p, err))
+	}
+	if len(s.cfg.FilterSubjects) == 0 {
+		return str.CachedInfo().State.LastSeq > seq, nil
+	}
+	for _, f := range s.cfg.FilterSubjects {
+		m, err := str.GetLastMsgForSubject(ctx, f)
+		if errors.Is(err, njs.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return false, classify(fmt.Errorf("read %s: %w", s.p, err))
+		}
+		if m.Sequence > seq {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // restart replaces the consumers by ones that start at from.

@@ -17,8 +17,17 @@ import (
 // TestScannerResumesAfterItsConsumerStalls: a scanner whose consumer
 // stays silent while the stream grows (here paused on the server, as one
 // of a replicated stream was seen to stall) starts it again after the
-// last message it delivered, and reads on with no gap and no repeat.
+// last message it delivered, and reads on with no gap and no repeat;
+// so does one whose filters let through only one VChannel's messages.
 func TestScannerResumesAfterItsConsumerStalls(t *testing.T) {
+	// Each waits out the scanner's first stall bound: side by side.
+	t.Run("whole", func(t *testing.T) { t.Parallel(); testScannerResumes(t, false) })
+	t.Run("filtered", func(t *testing.T) { t.Parallel(); testScannerResumes(t, true) })
+}
+
+// testScannerResumes is TestScannerResumesAfterItsConsumerStalls with or
+// without a VChannel filter.
+func testScannerResumes(t *testing.T, filtered bool) {
 	tb := testbed.Start(t, testbed.Config{Cluster: "c1"})
 	b, codec := tb.Backend, tb.Codec
 	p, _ := streamwal.NewPChannel("pchan", 0)
@@ -38,7 +47,11 @@ func TestScannerResumesAfterItsConsumerStalls(t *testing.T) {
 		}
 	}
 	appendN(5)
-	sc, err := b.Read(ctx, p, jetstream.ReadOptions{Start: jetstream.Earliest()})
+	opts := jetstream.ReadOptions{Start: jetstream.Earliest()}
+	if filtered {
+		opts.Filters = codec.Cluster().VChannelFilter(v)
+	}
+	sc, err := b.Read(ctx, p, opts)
 	require.NoError(t, err)
 	defer sc.Close()
 	var read []messages.MessageID
