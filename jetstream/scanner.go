@@ -156,9 +156,7 @@ func (s *scanner) nextMain(ctx context.Context) (njs.Msg, uint64, error) {
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return nil, 0, err
 		}
-		if err := s.restartIfStalled(ctx); err != nil {
-			return nil, 0, err
-		}
+		s.restartIfStalled(ctx)
 	}
 }
 
@@ -174,22 +172,28 @@ func (s *scanner) current() njs.MessagesContext {
 // let through. A scanner that started at the stream's end and delivered
 // nothing yet keeps its consumer: it cannot tell where it started. The
 // wait before the next look doubles either way, so that an idle scanner
-// looks about once a minute.
-func (s *scanner) restartIfStalled(ctx context.Context) error {
+// looks about once a minute. A look or a restart that fails (the server
+// unavailable for a while) leaves the consumers as they are, to be looked
+// at again: the scanner goes on waiting, as it did before it looked.
+func (s *scanner) restartIfStalled(ctx context.Context) {
 	if s.last == 0 && s.start.Kind == StartLatest {
-		return nil
+		return
 	}
 	s.stall = min(2*s.stall, maxStall)
 	newer, err := s.newerThan(ctx, s.last)
 	if err != nil || !newer {
-		return err // nothing to read: keep waiting
+		return // nothing to read, or no answer: keep waiting
 	}
 	from := StartPosition{Kind: StartAfter, ID: messages.MessageID(s.last)}
 	if s.last == 0 {
 		from = s.start
 	}
-	s.b.log.Debug().Str("pchannel", s.p.String()).Stringer("from", from).Msg("scanner's consumer delivered nothing while its stream grew: starting it again")
-	return s.restart(ctx, from)
+	log := s.b.log.Debug().Str("pchannel", s.p.String()).Stringer("from", from)
+	if err := s.restart(ctx, from); err != nil {
+		log.Err(err).Msg("scanner's consumer delivered nothing while its stream grew; starting it again failed")
+		return
+	}
+	log.Msg("scanner's consumer delivered nothing while its stream grew: started it again")
 }
 
 // newerThan reports whether the stream holds a message after seq that
