@@ -105,6 +105,36 @@ func startBenchSystem(b *testing.B, cluster streamwal.Cluster, fsync bool) *syst
 	return s
 }
 
+// storedHeader is the header of a 1 KiB insert to v as the WAL stores it
+// (term, TimeTick and LastConfirmed stamped), without a message ID: what
+// the raw paths publish beside the client.
+func storedHeader(b *testing.B, codec *messages.Codec, v streamwal.VChannel, lastConfirmed messages.MessageID) nats.Header {
+	m, err := codec.New(messages.TypeInsert, v, benchPayload)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tt, err := messages.NewTimeTick(time.Now(), 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	m.SetTerm(1) // the WAL stamps these three; the rest is as the client's
+	m.SetTimeTick(tt)
+	m.SetLastConfirmed(lastConfirmed)
+	stored, err := codec.Encode(m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return stored.Header
+}
+
+// storedMsg is a stored insert of header under subject, with a fresh
+// message ID.
+func storedMsg(header nats.Header, subject string) *nats.Msg {
+	h := maps.Clone(header)
+	h.Set(nats.MsgIdHdr, nuid.Next())
+	return &nats.Msg{Subject: subject, Data: benchPayload, Header: h}
+}
+
 // benchClient connects a client to the system's server.
 func benchClient(b *testing.B, s *system.System, opts ...client.Option) *client.Client {
 	nc, err := s.Server.Connect()
@@ -190,22 +220,7 @@ func newRawBatches(b *testing.B, nc *nats.Conn, codec *messages.Codec, v streamw
 		Storage: njs.FileStorage, AllowAtomicPublish: true, AllowDirect: true, Duplicates: 2 * time.Minute}); err != nil {
 		b.Fatal(err)
 	}
-	m, err := codec.New(messages.TypeInsert, v, benchPayload)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tt, err := messages.NewTimeTick(time.Now(), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.SetTerm(1) // the WAL stamps these three; the rest is as the client's
-	m.SetTimeTick(tt)
-	m.SetLastConfirmed(messages.MessageID(b.N))
-	stored, err := codec.Encode(m)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &rawBatches{b: b, js: js, header: stored.Header}
+	return &rawBatches{b: b, js: js, header: storedHeader(b, codec, v, messages.MessageID(b.N))}
 }
 
 // publish sends n messages and returns how long that took.
@@ -214,9 +229,7 @@ func (r *rawBatches) publish(n int) time.Duration {
 	for done := 0; done < n; {
 		batch := make([]*nats.Msg, min(1000, n-done))
 		for i := range batch {
-			h := maps.Clone(r.header)
-			h.Set(nats.MsgIdHdr, nuid.Next())
-			batch[i] = &nats.Msg{Subject: "RAWBATCH.x", Data: benchPayload, Header: h}
+			batch[i] = storedMsg(r.header, "RAWBATCH.x")
 		}
 		batch[0].Header.Set(njs.ExpectedLastSeqHeader, strconv.FormatUint(r.last, 10))
 		ack, err := jetstreamext.PublishMsgBatch(context.Background(), r.js, batch)

@@ -3,14 +3,12 @@ package integration
 import (
 	"context"
 	"fmt"
-	"maps"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/streamwal/streamwal"
 	"github.com/streamwal/streamwal/client"
@@ -103,22 +101,7 @@ func newRawStreams(b *testing.B, nc *nats.Conn, codec *messages.Codec, vs []stre
 			b.Fatal(err)
 		}
 	}
-	m, err := codec.New(messages.TypeInsert, vs[0], benchPayload)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tt, err := messages.NewTimeTick(time.Now(), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.SetTerm(1)
-	m.SetTimeTick(tt)
-	m.SetLastConfirmed(1)
-	stored, err := codec.Encode(m)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &rawStreams{b: b, js: js, header: stored.Header, streams: len(vs)}
+	return &rawStreams{b: b, js: js, header: storedHeader(b, codec, vs[0], 1), streams: len(vs)}
 }
 
 // publish sends n messages from 64 goroutines, each with up to window
@@ -132,9 +115,7 @@ func (r *rawStreams) publish(window, n int) time.Duration {
 			var pending []njs.PubAckFuture
 			for i := g; i < n || len(pending) > 0; i += 64 {
 				if i < n {
-					h := maps.Clone(r.header)
-					h.Set(nats.MsgIdHdr, nuid.Next())
-					f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: fmt.Sprint("RAWR3.", i%r.streams, ".x"), Data: benchPayload, Header: h})
+					f, err := r.js.PublishMsgAsync(storedMsg(r.header, fmt.Sprint("RAWR3.", i%r.streams, ".x")))
 					if err != nil {
 						r.b.Error(err)
 						return

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/streamwal/streamwal"
@@ -230,29 +228,12 @@ func newSweepRaw(b *testing.B, nc *nats.Conn, codec *messages.Codec, v streamwal
 			b.Fatal(err)
 		}
 	}
-	m, err := codec.New(messages.TypeInsert, v, benchPayload)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tt, err := messages.NewTimeTick(time.Now(), 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	m.SetTerm(1) // the WAL stamps these three; the rest is as the client's
-	m.SetTimeTick(tt)
-	m.SetLastConfirmed(1)
-	stored, err := codec.Encode(m)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &sweepRaw{b: b, js: js, header: stored.Header}
+	return &sweepRaw{b: b, js: js, header: storedHeader(b, codec, v, 1)}
 }
 
 // msg is message i: for stream i mod 16, with a fresh message ID.
 func (r *sweepRaw) msg(i int) *nats.Msg {
-	h := maps.Clone(r.header)
-	h.Set(nats.MsgIdHdr, nuid.Next())
-	return &nats.Msg{Subject: fmt.Sprint("SWEEP.", i%sweepPChannels, ".x"), Data: benchPayload, Header: h}
+	return storedMsg(r.header, fmt.Sprint("SWEEP.", i%sweepPChannels, ".x"))
 }
 
 // sync publishes n messages synchronously from level callers.
