@@ -39,9 +39,6 @@ func (r *Request[T]) Payload() T { return r.payload }
 // Len is how many messages the request sends.
 func (r *Request[T]) Len() int { return len(r.ids) }
 
-// IDs are the message IDs the request sends.
-func (r *Request[T]) IDs() []string { return r.ids }
-
 // Span is which of the payload's messages the request sends: all of them,
 // or a part's one.
 func (r *Request[T]) Span() (from, to int) {
