@@ -36,6 +36,12 @@
 //
 // The load owns its VChannels: an insert on them that it did not append
 // is a violation.
+//
+// Between clusters (DESIGN.md §11), [CheckReplica] compares a
+// secondary's copy with the primary's log, PChannel by PChannel: every
+// replicable message once, in order, transactions whole, rolled-back ones
+// never, and nothing on the secondary but replicas and its own
+// WAL-internal messages; [WaitReplica] checks until the copy converges.
 package workload
 
 import (
