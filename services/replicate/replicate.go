@@ -58,9 +58,11 @@
 //
 // # Checkpoint record and lag
 //
-// Every Config.CheckpointInterval, while anything changed, the
-// replicator publishes a wire.ReplicateCheckpoint under
-// streamwal.ReplicateCheckpointKey in the local replication bucket:
+// Every Config.CheckpointInterval (200 ms) while messages are
+// replicated, and every Config.IdleCheckpointInterval (1 s) while only
+// the source's watermark moves, the replicator publishes a
+// wire.ReplicateCheckpoint under streamwal.ReplicateCheckpointKey in the
+// local replication bucket:
 // source, position, count, the error that holds it up (if any), and
 // Through, the source TimeTick through which the secondary holds
 // everything. Through advances with every message acknowledged and, when
@@ -104,8 +106,11 @@ const (
 	// DefaultBatch bounds the units appended in one call.
 	DefaultBatch = 1024
 	// DefaultCheckpointInterval is how often the checkpoint record is
-	// published while it changes.
-	DefaultCheckpointInterval = time.Second
+	// published while messages are replicated.
+	DefaultCheckpointInterval = 200 * time.Millisecond
+	// DefaultIdleCheckpointInterval is how often it is published while
+	// only the source's watermark moves (an idle, caught-up secondary).
+	DefaultIdleCheckpointInterval = time.Second
 	// retryFirst and retryMax bound the pause between attempts.
 	retryFirst = 100 * time.Millisecond
 	retryMax   = 10 * time.Second
@@ -138,8 +143,14 @@ type Config struct {
 	// Batch bounds the units appended in one call (default 1024).
 	Batch int
 	// CheckpointInterval is how often the checkpoint record is published
-	// (default 1 s).
+	// while messages are replicated (default 200 ms): the lag read from
+	// it is at most that much older than the replicator's own.
 	CheckpointInterval time.Duration
+	// IdleCheckpointInterval is how often it is published while nothing
+	// but the source's watermark moves (default 1 s, at least
+	// CheckpointInterval): an idle secondary does not write its bucket
+	// five times a second per PChannel.
+	IdleCheckpointInterval time.Duration
 	// Logger receives the replicator's logs.
 	Logger zerolog.Logger
 	// Hooks are told where replication stands (telemetry.ReplicationHook,
@@ -160,5 +171,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = DefaultCheckpointInterval
 	}
+	if c.IdleCheckpointInterval <= 0 {
+		c.IdleCheckpointInterval = DefaultIdleCheckpointInterval
+	}
+	c.IdleCheckpointInterval = max(c.IdleCheckpointInterval, c.CheckpointInterval)
 	return c, nil
 }

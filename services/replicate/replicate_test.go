@@ -20,6 +20,7 @@ import (
 	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/read"
+	"github.com/streamwal/streamwal/services/replicate"
 )
 
 // TestMain checks for leaked goroutines (see embedded.VerifyNoLeaks).
@@ -366,8 +367,13 @@ func TestLagTellsTheTruth(t *testing.T) {
 			}
 			return false
 		})
-		for _, ch := range seen {
+		for i, ch := range seen {
 			require.True(t, caughtUp(ch), "idle and caught up, %s lags %v", ch.PChannel, ch.Lag)
+			if prev := last[i]; prev.PChannel == ch.PChannel && prev.Replicated == ch.Replicated && prev.MessageID == ch.MessageID {
+				// Only the watermark moved: written at the idle pace.
+				require.GreaterOrEqual(t, ch.Updated.Sub(prev.Updated), replicate.DefaultIdleCheckpointInterval-50*time.Millisecond,
+					"%s: an idle record written again too soon", ch.PChannel)
+			}
 		}
 	}
 

@@ -51,9 +51,11 @@ type replicator struct {
 	log  zerolog.Logger
 
 	mu     sync.Mutex
-	cp     wire.ReplicateCheckpoint // as published
-	dirty  bool
-	loaded bool // cp was read back from the bucket
+	cp     wire.ReplicateCheckpoint // as it stands
+	dirty  bool                     // cp differs from the record published
+	pub    wire.ReplicateCheckpoint // as last published
+	pubAt  time.Time                // when
+	loaded bool                     // cp was read back from the bucket
 
 	kvMu sync.Mutex
 	kv   njs.KeyValue // the replication bucket, once opened
@@ -528,27 +530,30 @@ func (r *replicator) publishLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			r.publish(fctx)
+			r.publish(fctx, true)
 			cancel()
 			return
 		case <-t.C:
-			r.publish(ctx)
+			r.publish(ctx, false)
 			r.report()
 		}
 	}
 }
 
-// publish writes the checkpoint record if it changed.
-func (r *replicator) publish(ctx context.Context) {
+// publish writes the checkpoint record if it changed; a change of the
+// watermark alone waits for IdleCheckpointInterval since the last
+// write, unless final.
+func (r *replicator) publish(ctx context.Context, final bool) {
+	now := time.Now()
 	r.mu.Lock()
-	if !r.dirty || !r.loaded {
+	if !r.dirty || !r.loaded || (!final && r.onlyWatermark() && now.Sub(r.pubAt) < r.cfg.IdleCheckpointInterval) {
 		r.mu.Unlock()
 		return
 	}
 	cp := r.cp
-	r.dirty = false
+	r.dirty, r.pub, r.pubAt = false, cp, now
 	r.mu.Unlock()
-	cp.Updated = time.Now().UTC()
+	cp.Updated = now.UTC()
 	kv, err := r.bucket(ctx)
 	var data []byte
 	if err == nil {
@@ -563,10 +568,18 @@ func (r *replicator) publish(ctx context.Context) {
 	}
 }
 
-// redirty marks the record as still to publish.
+// onlyWatermark reports whether the record differs from the one last
+// published only in how far the source's watermark moved (under mu).
+func (r *replicator) onlyWatermark() bool {
+	c, p := r.cp, r.pub
+	c.Through, c.SourceTimeTick, c.Updated = p.Through, p.SourceTimeTick, p.Updated
+	return c == p
+}
+
+// redirty marks the record as still to publish, at the next tick.
 func (r *replicator) redirty() {
 	r.mu.Lock()
-	r.dirty = true
+	r.dirty, r.pubAt = true, time.Time{}
 	r.mu.Unlock()
 }
 
