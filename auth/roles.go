@@ -118,7 +118,9 @@ func (s Spec) coordinator() rules {
 
 // node: its WAL streams (created, written through `wal.<c>.>`, read,
 // truncated), the object store of archived ranges and flushed segments,
-// its checkpoints and its registration, the time oracle, live ticks, the
+// its checkpoints and its registration, the time oracle, the allocation
+// of the collections a secondary's replicated DDL creates and drops
+// (package replicate), live ticks, the
 // requests it answers (appends, open, close, status), and reads of the
 // coordinator's lease and assignment view (its readiness), and the
 // replicate checkpoints of its PChannels. It may also ask
@@ -127,7 +129,7 @@ func (s Spec) coordinator() rules {
 func (s Spec) node() rules {
 	c := s.Cluster
 	pub := []string{streamwal.JSAccountInfo, streamwal.ServerJSZPing, c.WALWildcard(), c.LiveWildcard(),
-		c.CoordSubject(streamwal.CoordTSO)}
+		c.CoordSubject(streamwal.CoordTSO), c.CoordSubject(streamwal.CoordAllocate), c.CoordSubject(streamwal.CoordRelease)}
 	for _, p := range s.PChannels {
 		pub = append(pub, provision(c.StreamName(p))...)
 		pub = append(pub, streamwal.JSAPISubject(streamwal.JSStreamPurge, c.StreamName(p)))

@@ -23,7 +23,8 @@ func (n *Node) replicate(w *wal.WAL) {
 		case <-ctx.Done():
 		}
 	}()
-	err := replicate.Run(ctx, replicate.Config{Target: w, Codec: n.cfg.Codec, Local: n.cfg.Conn, Logger: n.log, Hooks: n.cfg.Hooks})
+	err := replicate.Run(ctx, replicate.Config{Target: w, Codec: n.cfg.Codec, Local: n.cfg.Conn,
+		Collections: replicate.Coordinator(n.cfg.Conn, n.cfg.Codec.Cluster()), Logger: n.log, Hooks: n.cfg.Hooks})
 	if err != nil {
 		n.log.Error().Err(err).Str("pchannel", w.PChannel().String()).Msg("replicator")
 	}

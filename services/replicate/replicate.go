@@ -18,6 +18,25 @@
 // one never. Broadcasts (DDL) replicate as the messages they are on each
 // PChannel, so the secondary's collections follow the primary's.
 //
+// # Collections
+//
+// The VChannel allocation is the coordinator's, and the secondary's
+// coordinator holds the same as the primary's, so that once the
+// secondary is promoted, DDL, lookups and new collections work there as
+// they did on the primary. It learns it from the replicated DDL: before
+// it appends the copy of a CreateCollection or DropCollection that lands
+// on the control channel (one per DDL), the replicator tells the local
+// coordinator (Config.Collections; Coordinator sends the allocate and
+// release requests) the collection's VChannels renamed onto this
+// cluster's PChannels (wire.AllocateRequest.Adopt: the collection takes
+// exactly those) or that it is dropped. It tells at least once (a
+// repeat changes nothing) and the DDL waits for the answer: a
+// coordinator that does not answer holds replication up, as a failed
+// append does. The allocation follows the log the secondary holds, not
+// the primary's allocation records: a collection allocated on the
+// primary but never created is not known to the secondary, and a
+// client that creates it again after a promotion gets new VChannels.
+//
 // # Where it starts, and exactly once
 //
 // The local WAL keeps the replicate header of the last replica that
@@ -140,6 +159,10 @@ type Config struct {
 	// ConnectOptions are added to the connection to the primary
 	// (credentials, TLS); the replicator adds a name and reconnects.
 	ConnectOptions []nats.Option
+	// Collections, when set, is told of the collections replicated DDL
+	// creates and drops (Coordinator: this cluster's coordinator), before
+	// the DDL is appended.
+	Collections Collections
 	// Batch bounds the units appended in one call (default 1024).
 	Batch int
 	// CheckpointInterval is how often the checkpoint record is published

@@ -368,6 +368,9 @@ func (r *replicator) next(ctx context.Context, in <-chan delivery, readErr <-cha
 // over the contiguous prefix acknowledged (a replica the WAL already has
 // counts as acknowledged); it returns how many units it appended.
 func (r *replicator) appendBatch(ctx context.Context, src *source, batch []delivery) (int, error) {
+	if err := r.learn(ctx, batch); err != nil {
+		return 0, err
+	}
 	units := make([][]*messages.MutableMessage, len(batch))
 	var todo [][]*messages.MutableMessage
 	var from []*messages.ImmutableMessage // todo's source messages, when traced

@@ -119,6 +119,12 @@ type AllocateRequest struct {
 	// allocated under (an invalid argument otherwise).
 	DBName string `json:"db_name,omitempty"`
 	Name   string `json:"name,omitempty"`
+	// Adopt, when set, are the VChannels a replicated CreateCollection
+	// names (a secondary's replicator asks, with this cluster's PChannel
+	// names): the collection takes exactly these, whatever it had, so
+	// that the secondary's allocation follows its primary's. Shards and
+	// Lookup are then ignored.
+	Adopt []string `json:"adopt,omitempty"`
 }
 
 // AllocateReply names them (the same ones on a repeated request).

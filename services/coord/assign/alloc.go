@@ -13,6 +13,9 @@ import (
 // fewest, or answers with the ones it already has.
 func (m *Machine) allocate(ev Allocate) {
 	req := ev.Request
+	if len(req.Adopt) > 0 {
+		req.Shards, req.Lookup = len(req.Adopt), false
+	}
 	if req.Lookup {
 		req.Shards = 1
 	}
@@ -21,7 +24,11 @@ func (m *Machine) allocate(ev Allocate) {
 			"allocate collection %d with %d shards: want a positive id and 1 to %d shards", req.CollectionID, req.Shards, len(m.channels)))
 		return
 	}
-	reply, next, err := m.place(req)
+	place := m.place
+	if len(req.Adopt) > 0 {
+		place = m.adopt
+	}
+	reply, next, err := place(req)
 	if err != nil || next == nil {
 		m.reply(ev.Call, reply, err)
 		return
@@ -75,6 +82,42 @@ func (m *Machine) place(req wire.AllocateRequest) (wire.AllocateReply, *wire.Col
 		next.Names[key] = name
 	}
 	return wire.AllocateReply{VChannels: vs}, &next, nil
+}
+
+// adopt gives a collection the VChannels of a replicated
+// CreateCollection (req.Adopt): the primary's log, which a secondary
+// copies, created it there, so they replace whatever the collection had
+// here (a dropped one included) and its name is taken as it comes.
+func (m *Machine) adopt(req wire.AllocateRequest) (wire.AllocateReply, *wire.Collections, error) {
+	key := strconv.FormatInt(req.CollectionID, 10)
+	for _, name := range req.Adopt {
+		v, err := streamwal.ParseVChannel(name)
+		if err != nil {
+			return wire.AllocateReply{}, nil, err
+		}
+		if v.IsControl() || v.CollectionID() != req.CollectionID || m.byName[v.PChannel()] == nil {
+			return wire.AllocateReply{}, nil, streamwal.Errorf(streamwal.CodeInvalidArgument,
+				"adopt %s for collection %d: not a vchannel of it on this cluster's pchannels", name, req.CollectionID)
+		}
+	}
+	name := ""
+	if req.Name != "" {
+		name = req.DBName + "." + req.Name
+	}
+	was, dropped := m.alloc.Dropped[key]
+	if name == "" {
+		name = was
+	}
+	if slices.Equal(m.alloc.Collections[key], req.Adopt) && !dropped && (name == "" || m.alloc.Names[key] == name) {
+		return wire.AllocateReply{VChannels: slices.Clone(req.Adopt)}, nil, nil
+	}
+	next := cloneCollections(m.alloc)
+	next.Collections[key] = slices.Clone(req.Adopt)
+	delete(next.Dropped, key)
+	if name != "" {
+		next.Names[key] = name
+	}
+	return wire.AllocateReply{VChannels: slices.Clone(req.Adopt)}, &next, nil
 }
 
 // sameName refuses a request that names collection id otherwise than it

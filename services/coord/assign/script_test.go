@@ -114,6 +114,7 @@ func (h *harness) run(t *testing.T, d *datadriven.TestData) string {
 		if d.MaybeScanArgs(t, "name", &name) {
 			req.DBName, req.Name, _ = strings.Cut(name, ".")
 		}
+		d.MaybeScanArgs(t, "adopt", &req.Adopt)
 		h.step(Allocate{Call: h.call, Request: req})
 	case "release":
 		h.call++
