@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,6 +38,7 @@ func newReplicateConfigureCmd() *cobra.Command {
 	f := &connFlags{}
 	var primary string
 	var secondaries []string
+	var copyHistory bool
 	cmd := &cobra.Command{
 		Use:   "configure --primary NAME=URL --secondary NAME=URL...",
 		Short: "Set the replication topology on every member cluster",
@@ -45,8 +47,11 @@ func newReplicateConfigureCmd() *cobra.Command {
 			"there). Every member is asked for its PChannels (the counts must match: PChannel\n" +
 			"i replicates into PChannel i) and then configured, the primary first, each by an\n" +
 			"AlterReplicateConfig broadcast of its own; the connection flags apply to every\n" +
-			"member, --server and --cluster are not used. A new secondary copies the\n" +
-			"primary's log from its first message.",
+			"member, --server and --cluster are not used. A secondary new to the primary\n" +
+			"starts at the configuration (the primary's AlterReplicateConfig): it must hold\n" +
+			"the primary's collections already, and is refused when it has fewer VChannels\n" +
+			"than the primary; with --copy-history it copies the primary's whole readable\n" +
+			"log instead. A secondary that already follows the primary goes on where it is.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			members, err := parseMembers(primary, secondaries)
@@ -54,13 +59,15 @@ func newReplicateConfigureCmd() *cobra.Command {
 				return err
 			}
 			return f.withoutClient(cmd, func(ctx context.Context, connect memberConnect) error {
-				return configure(ctx, cmd.OutOrStdout(), connect, members, f.json)
+				return configure(ctx, cmd.OutOrStdout(), connect, members, configureOptions{asJSON: f.json, copyHistory: copyHistory})
 			})
 		},
 	}
 	f.add(cmd)
 	cmd.Flags().StringVar(&primary, "primary", "", "the primary cluster, NAME=URL")
 	cmd.Flags().StringArrayVar(&secondaries, "secondary", nil, "a secondary cluster, NAME=URL (repeat for each)")
+	cmd.Flags().BoolVar(&copyHistory, "copy-history", false,
+		"a new secondary copies the primary's whole readable log, rather than starting at this configuration")
 	return cmd
 }
 
@@ -136,46 +143,179 @@ type configured struct {
 	PChannels int                    `json:"pchannels"`
 	Broadcast uint64                 `json:"broadcast,omitempty"`
 	Version   uint64                 `json:"version"`
+	// Start says where a secondary starts in the primary's log:
+	// "configuration", "history" (its first readable message) or
+	// "where it is" (it followed the primary already).
+	Start string `json:"start,omitempty"`
 }
 
+// configureOptions are configure's choices.
+type configureOptions struct {
+	asJSON bool
+	// copyHistory: a new secondary copies the primary's whole readable
+	// log instead of starting at the configuration.
+	copyHistory bool
+}
+
+// Where a secondary starts (configured.Start).
+const (
+	startConfiguration = "configuration"
+	startHistory       = "history"
+	startWhereItIs     = "where it is"
+)
+
 // configure asks every member for its PChannels and its topology, then
-// configures each with a topology of a version above all of theirs.
-func configure(ctx context.Context, w io.Writer, connect memberConnect, eps []memberAt, asJSON bool) error {
-	clients := make([]*client.Client, len(eps))
-	members := make([]messages.ReplicateMember, len(eps))
+// configures each with a topology of a version above all of theirs: the
+// primary first, whose configuration is where each new secondary starts
+// (unless it copies the history), then the secondaries, then the primary
+// again, with the starts.
+func configure(ctx context.Context, w io.Writer, connect memberConnect, eps []memberAt, o configureOptions) error {
+	rs := make([]*reached, len(eps))
 	var version uint64
 	for i, ep := range eps {
 		c, err := connect(ep.cluster, ep.url)
 		if err != nil {
 			return err
 		}
-		if members[i], err = c.ReplicateMember(ctx, ep.url); err != nil {
-			return fmt.Errorf("cluster %s at %s: %w", ep.cluster, ep.url, err)
-		}
-		cur, _, err := c.ReplicationTopology(ctx)
+		m, err := c.ReplicateMember(ctx, ep.url)
 		if err != nil {
 			return fmt.Errorf("cluster %s at %s: %w", ep.cluster, ep.url, err)
 		}
-		clients[i], version = c, max(version, cur.Version)
+		rs[i] = &reached{member: m, c: c}
+		if rs[i].topo, rs[i].ok, err = c.ReplicationTopology(ctx); err != nil {
+			return fmt.Errorf("cluster %s at %s: %w", ep.cluster, ep.url, err)
+		}
+		version = max(version, rs[i].topo.Version)
+	}
+	members := make([]messages.ReplicateMember, len(rs))
+	for i, r := range rs {
+		members[i] = r.member
 	}
 	topo := messages.Star(members[0], members[1:]...)
 	topo.Version = version + 1
 	if err := topo.Validate(); err != nil {
 		return err
 	}
-	for i, c := range clients {
-		res, err := c.ConfigureReplication(ctx, topo)
-		if err != nil {
-			return fmt.Errorf("configure cluster %s: %w (the members before it are configured)", eps[i].cluster, err)
+	starts, err := secondaryStarts(ctx, rs, o.copyHistory)
+	if err != nil {
+		return err
+	}
+	return configureMembers(ctx, w, rs, topo, starts, o.asJSON)
+}
+
+// secondaryStarts says where each secondary of rs (rs[0] is the
+// primary) starts, by cluster. A secondary that follows the primary
+// already goes on where it is; a new one copies the history when asked,
+// or starts at the configuration, which is refused when it has fewer
+// VChannels than the primary: it lacks collections whose messages it
+// could not take.
+func secondaryStarts(ctx context.Context, rs []*reached, copyHistory bool) (map[streamwal.Cluster]string, error) {
+	primary := rs[0]
+	out := map[streamwal.Cluster]string{}
+	have := -1 // the primary's count, once read
+	for _, r := range rs[1:] {
+		if src, ok := r.topo.Source(r.member.Cluster); r.ok && ok && src.Cluster == primary.member.Cluster {
+			out[r.member.Cluster] = startWhereItIs
+			continue
 		}
-		r := configured{Cluster: eps[i].cluster, Role: topo.Role(eps[i].cluster), PChannels: len(members[i].PChannels), Broadcast: res.ID, Version: topo.Version}
+		if copyHistory {
+			out[r.member.Cluster] = startHistory
+			continue
+		}
+		if have < 0 {
+			n, err := vchannelCount(ctx, primary)
+			if err != nil {
+				return nil, err
+			}
+			have = n
+		}
+		n, err := vchannelCount(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if n < have {
+			return nil, fmt.Errorf("cluster %s has %d vchannels, the primary %s %d: starting at this configuration it would lack collections of %s "+
+				"whose messages it cannot take; pass --copy-history to copy %s's whole readable log", r.member.Cluster, n, primary.member.Cluster, have,
+				primary.member.Cluster, primary.member.Cluster)
+		}
+		out[r.member.Cluster] = startConfiguration
+	}
+	return out, nil
+}
+
+// vchannelCount is how many VChannels r's coordinator placed.
+func vchannelCount(ctx context.Context, r *reached) (int, error) {
+	v, err := r.c.View(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("the view of cluster %s: %w", r.member.Cluster, err)
+	}
+	n := 0
+	for _, a := range v.Channels {
+		n += a.VChannels
+	}
+	return n, nil
+}
+
+// configureMembers configures the primary rs[0], then each secondary
+// with the edge into it starting as starts says (at the primary's
+// configuration, at its first message, or kept from its topology), then
+// the primary again so that every member records the same topology.
+func configureMembers(ctx context.Context, w io.Writer, rs []*reached, topo messages.Topology, starts map[streamwal.Cluster]string, asJSON bool) error {
+	res, err := rs[0].c.ConfigureReplication(ctx, topo)
+	if err != nil {
+		return fmt.Errorf("configure cluster %s: %w", rs[0].member.Cluster, err)
+	}
+	at, err := landedAt(rs[0].member, res)
+	if err != nil {
+		return err
+	}
+	report := []configured{{Cluster: rs[0].member.Cluster, Role: messages.RolePrimary, PChannels: len(rs[0].member.PChannels), Broadcast: res.ID, Version: topo.Version}}
+	for i := range topo.Edges {
+		e := &topo.Edges[i]
+		switch starts[e.Target] {
+		case startConfiguration:
+			e.Start = startsOf(at)
+		case startWhereItIs:
+			r := find(rs, e.Target)
+			old, _ := r.topo.Edge(e.Target)
+			e.Start = slices.Clone(old.Start)
+		}
+	}
+	for _, r := range rs[1:] {
+		res, err := r.c.ConfigureReplication(ctx, topo)
+		if err != nil {
+			return fmt.Errorf("configure cluster %s: %w (the members before it are configured)", r.member.Cluster, err)
+		}
+		report = append(report, configured{Cluster: r.member.Cluster, Role: messages.RoleSecondary, PChannels: len(r.member.PChannels),
+			Broadcast: res.ID, Version: topo.Version, Start: starts[r.member.Cluster]})
+	}
+	if len(rs) > 1 {
+		if _, err := rs[0].c.ConfigureReplication(ctx, topo); err != nil {
+			return fmt.Errorf("configure cluster %s again with the secondaries' starts: %w", rs[0].member.Cluster, err)
+		}
+	}
+	return printConfigured(w, report, asJSON)
+}
+
+// printConfigured prints what configure set: JSON, or a line per member.
+func printConfigured(w io.Writer, report []configured, asJSON bool) error {
+	for _, r := range report {
 		if asJSON {
 			if err := printJSON(w, r); err != nil {
 				return err
 			}
 			continue
 		}
-		fmt.Fprintf(w, "%s: %s, %d pchannels (broadcast %d)\n", r.Cluster, r.Role, r.PChannels, r.Broadcast)
+		fmt.Fprintf(w, "%s: %s, %d pchannels (broadcast %d)", r.Cluster, r.Role, r.PChannels, r.Broadcast)
+		switch r.Start {
+		case startConfiguration:
+			fmt.Fprint(w, ", starts at this configuration")
+		case startHistory:
+			fmt.Fprint(w, ", copies the primary's whole readable log")
+		case startWhereItIs:
+			fmt.Fprint(w, ", goes on where it is")
+		}
+		fmt.Fprintln(w)
 	}
 	return nil
 }

@@ -149,15 +149,22 @@ func landedAt(m messages.ReplicateMember, res client.BroadcastResult) ([]client.
 // withStart is topo with every edge starting where the primary's
 // configuration landed (at, by PChannel index).
 func withStart(topo messages.Topology, at []client.AppendResult) messages.Topology {
-	start := make([]messages.MessageID, len(at))
-	for i, a := range at {
-		start[i] = a.ID
-	}
+	start := startsOf(at)
 	out := topo.Clone()
 	for i := range out.Edges {
 		out.Edges[i].Start = slices.Clone(start)
 	}
 	return out
+}
+
+// startsOf is the message IDs of at, by PChannel index: the start
+// positions of an edge.
+func startsOf(at []client.AppendResult) []messages.MessageID {
+	start := make([]messages.MessageID, len(at))
+	for i, a := range at {
+		start[i] = a.ID
+	}
+	return start
 }
 
 // promote configures the target with next, in which it is the primary,

@@ -87,3 +87,58 @@ func TestReplicateConfigureAndStatus(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, out, "not configured")
 }
+
+// TestReplicateConfigureStarts: a new secondary starts at the
+// configuration that adds it, which is refused while it lacks the
+// primary's collections; with --copy-history it copies the primary's
+// whole log. A secondary that follows the primary already goes on where
+// it is when another is added.
+func TestReplicateConfigureStarts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	eastURL, westURL, northURL := namedCluster(t, "east", changePChannels), namedCluster(t, "west", changePChannels), namedCluster(t, "north", changePChannels)
+	east, west, north := memberClient(t, "east", eastURL), memberClient(t, "west", westURL), memberClient(t, "north", northURL)
+	col := client.Collection{DBName: "db", Name: "col", ID: 1, Partitions: []int64{1}}
+	vs, err := east.CreateCollection(ctx, col)
+	require.NoError(t, err)
+	_, err = east.AppendBytes(ctx, vs[0], []byte("before"))
+	require.NoError(t, err)
+
+	out, err := runCmd(t, "", "replicate", "configure", "--primary", "east="+eastURL, "--secondary", "west="+westURL, "--timeout", "20s")
+	require.ErrorContains(t, err, "--copy-history", out)
+	topo, ok, err := east.ReplicationTopology(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "a refused configuration changes nothing: %+v", topo)
+	out, err = runCmd(t, "", "replicate", "configure", "--primary", "east="+eastURL, "--secondary", "west="+westURL, "--copy-history", "--timeout", "20s")
+	require.NoError(t, err)
+	require.Contains(t, out, "west: secondary, 2 pchannels")
+	require.Contains(t, out, "copies the primary's whole readable log")
+	waitFor(t, "west's copy of east's history", func() bool { return inserts(t, ctx, west)["before"] == 1 })
+
+	// North holds the collection already (restored, say): it starts at
+	// the configuration, and west goes on.
+	_, err = north.CreateCollection(ctx, col)
+	require.NoError(t, err)
+	out, err = runCmd(t, "", "replicate", "configure", "--primary", "east="+eastURL, "--secondary", "west="+westURL,
+		"--secondary", "north="+northURL, "--timeout", "20s")
+	require.NoError(t, err)
+	require.Contains(t, out, "west: secondary, 2 pchannels")
+	require.Contains(t, out, "goes on where it is")
+	require.Contains(t, out, "north: secondary, 2 pchannels")
+	require.Contains(t, out, "starts at this configuration")
+	_, err = east.AppendBytes(ctx, vs[0], []byte("after"))
+	require.NoError(t, err)
+	waitFor(t, "north's copy of what east took since", func() bool { return inserts(t, ctx, north)["after"] == 1 })
+	require.Equal(t, map[string]int{"after": 1}, inserts(t, ctx, north), "north starts at the configuration")
+	waitFor(t, "west's copy", func() bool { return inserts(t, ctx, west)["after"] == 1 })
+	require.Equal(t, map[string]int{"before": 1, "after": 1}, inserts(t, ctx, west))
+	for _, c := range []*client.Client{east, west, north} {
+		topo, _, err := c.ReplicationTopology(ctx)
+		require.NoError(t, err)
+		e, ok := topo.Edge("north")
+		require.True(t, ok)
+		require.Len(t, e.Start, changePChannels, "%s records where north starts", c.Cluster())
+		e, _ = topo.Edge("west")
+		require.Empty(t, e.Start, "%s: west copies from the first message", c.Cluster())
+	}
+}
