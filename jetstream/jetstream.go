@@ -38,8 +38,9 @@ type JetStream struct {
 	// recent is the archived object read last by Get.
 	recent recentObject
 
-	objMu sync.Mutex
-	obs   njs.ObjectStore
+	objMu  sync.Mutex
+	obs    njs.ObjectStore
+	shrunk bool // the object store's duplicate window was set (see writableObjects)
 }
 
 var _ Backend = (*JetStream)(nil)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
 
@@ -17,6 +18,14 @@ import (
 // objectChunk is the size of the object store's chunks (messages of its
 // stream): under every server's default payload limit of 1 MiB.
 const objectChunk = 512 << 10
+
+// objectDedupe is the duplicate window of the object store's stream: the
+// smallest the server accepts. Object writes carry no message IDs, but a
+// stream remembers them for its window (2 minutes unless set), and a
+// restarted server reloads every message stored within it to do so: after
+// a truncation had just archived a million messages, that was reading
+// 940 MB of objects back at every start (0.43 s of a 0.69 s restart).
+const objectDedupe = 100 * time.Millisecond
 
 // ErrChecksumMismatch: an archived range or a flushed segment does not hold
 // the bytes its checksum was computed over.
@@ -64,10 +73,42 @@ func (b *JetStream) objects(ctx context.Context) (njs.ObjectStore, error) {
 	return obs, nil
 }
 
+// writableObjects is objects for a backend about to write to it: the
+// first time, it sets the duplicate window of the store's stream to
+// objectDedupe (nats.go creates object stores with the server's
+// default). Readers, which may not update the stream, never ask; a
+// failure leaves the window as it is, which costs restart time, never
+// correctness.
+func (b *JetStream) writableObjects(ctx context.Context) (njs.ObjectStore, error) {
+	obs, err := b.objects(ctx)
+	if err != nil {
+		return nil, err
+	}
+	b.objMu.Lock()
+	defer b.objMu.Unlock()
+	if b.shrunk {
+		return obs, nil
+	}
+	stream := streamwal.ObjectStreamName(b.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
+	s, err := b.js.Stream(ctx, stream)
+	if err == nil {
+		cfg := s.CachedInfo().Config
+		if cfg.Duplicates != objectDedupe {
+			cfg.Duplicates = objectDedupe
+			_, err = b.js.UpdateStream(ctx, cfg)
+		}
+	}
+	if err != nil {
+		b.log.Warn().Err(err).Str("stream", stream).Msg("object store's duplicate window not shrunk: a restart reads back the objects of the last window")
+	}
+	b.shrunk = true
+	return obs, nil
+}
+
 // putObject stores data under name with metadata, replacing any object of
 // that name.
 func (b *JetStream) putObject(ctx context.Context, name string, data []byte, meta map[string]string) (*njs.ObjectInfo, error) {
-	obs, err := b.objects(ctx)
+	obs, err := b.writableObjects(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +159,7 @@ func (b *JetStream) objectInfo(ctx context.Context, name string) (*njs.ObjectInf
 
 // deleteObject deletes name; a missing object is no error.
 func (b *JetStream) deleteObject(ctx context.Context, name string) error {
-	obs, err := b.objects(ctx)
+	obs, err := b.writableObjects(ctx)
 	if err != nil {
 		return err
 	}

@@ -90,7 +90,7 @@ func (b *JetStream) WriteSegment(ctx context.Context, m SegmentManifest, msgs Me
 	if stored, err := b.segmentStored(ctx, name, m); err != nil || stored {
 		return err
 	}
-	obs, err := b.objects(ctx)
+	obs, err := b.writableObjects(ctx)
 	if err != nil {
 		return err
 	}

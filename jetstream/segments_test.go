@@ -86,6 +86,16 @@ func TestSegments(t *testing.T) {
 		30: segmentMessages(t, e.codec, v, 30, 100),
 		4:  segmentMessages(t, e.codec, v, 4, 10),
 	}
+	// The object store exists already, as nats.go creates one: with the
+	// server's default duplicate window, which the backend shrinks.
+	obs, err := njs.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := e.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments)
+	if _, err := obs.CreateObjectStore(e.ctx, njs.ObjectStoreConfig{Bucket: bucket}); err != nil {
+		t.Fatal(err)
+	}
 	for _, id := range []int64{30, 4} {
 		m := jetstream.SegmentManifest{VChannel: v.String(), Segment: id, Partition: 7, Reason: "capacity"}
 		if err := e.b.WriteSegment(e.ctx, m, jetstream.MessagesOf(segs[id])); err != nil {
@@ -118,11 +128,17 @@ func TestSegments(t *testing.T) {
 	}
 	sameMessages(t, "segment 30", gotMsgs, msgs)
 
-	obs, err := njs.New(e.nc)
+	// Object writes carry no message IDs: the stream's duplicate window is
+	// the smallest, so that a restarted server does not read back every
+	// object written in the last two minutes.
+	st, err := obs.Stream(e.ctx, streamwal.ObjectStreamName(bucket))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := obs.ObjectStore(e.ctx, e.codec.Cluster().ObjectStoreName(streamwal.ObjectStoreSegments))
+	if got := st.CachedInfo().Config.Duplicates; got != 100*time.Millisecond {
+		t.Errorf("object store's duplicate window %v, want 100ms", got)
+	}
+	store, err := obs.ObjectStore(e.ctx, bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
