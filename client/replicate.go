@@ -118,6 +118,12 @@ type ReplicationChannel struct {
 	Error string `json:"error,omitempty"`
 	// Updated is when the replicator last wrote the record.
 	Updated time.Time `json:"updated"`
+	// Old says that the record is of a source this cluster does not
+	// replicate from in the topology in force (a primary's records, or a
+	// secondary's of its source before a failover or switchover, until
+	// its replicator records the new one): what it held of that source,
+	// not where replication stands; its lag is not known.
+	Old bool `json:"old,omitempty"`
 }
 
 // ReplicationStatus reads the cluster's topology and, on a secondary,
@@ -136,6 +142,7 @@ func (c *Client) ReplicationStatus(ctx context.Context) (ReplicationStatus, erro
 		return st, nil
 	}
 	m, _ := st.Topology.Member(c.opts.cluster)
+	src, _ := st.Topology.Source(c.opts.cluster)
 	now := time.Now()
 	for _, name := range m.PChannels {
 		p, err := streamwal.ParsePChannel(name)
@@ -160,6 +167,9 @@ func (c *Client) ReplicationStatus(ctx context.Context) (ReplicationStatus, erro
 			TimeTick: rec.TimeTick, LastConfirmed: rec.LastConfirmed, Through: rec.Through, SourceTimeTick: rec.SourceTimeTick,
 			Replicated: rec.Replicated, Error: rec.Error, Updated: rec.Updated}
 		ch.Lag, ch.LagKnown = rec.Lag(now)
+		if ch.Old = st.Role != messages.RoleSecondary || rec.Source != src.Cluster; ch.Old {
+			ch.Lag, ch.LagKnown = 0, false
+		}
 		st.Channels = append(st.Channels, ch)
 	}
 	return st, nil

@@ -367,6 +367,12 @@ func printReplication(w io.Writer, st client.ReplicationStatus) error {
 	if len(st.Channels) == 0 {
 		return nil
 	}
+	for _, ch := range st.Channels {
+		if ch.Old {
+			fmt.Fprintln(w, "(old): the record of a source the cluster no longer replicates from (before a change of topology): what it held of it")
+			break
+		}
+	}
 	t := table.NewWriter()
 	t.SetOutputMirror(w)
 	t.AppendHeader(table.Row{"PChannel", "Source", "Checkpoint", "Checkpoint TimeTick", "Lag", "Replicated", "Error"})
@@ -374,6 +380,9 @@ func printReplication(w io.Writer, st client.ReplicationStatus) error {
 		src, cp, tt, lag := "-", "-", "-", "-"
 		if ch.Source != "" {
 			src = string(ch.Source) + "/" + ch.SourcePChannel
+		}
+		if ch.Old {
+			src += " (old)"
 		}
 		if ch.MessageID != 0 {
 			cp, tt = fmt.Sprint(ch.MessageID), ch.TimeTick.String()

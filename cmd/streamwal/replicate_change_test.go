@@ -273,6 +273,18 @@ func TestReplicateFailoverAndRemove(t *testing.T) {
 		require.GreaterOrEqual(t, h.TimeTick, last[i], "%s: west holds east's last write", h.PChannel)
 		require.Equal(t, h.TimeTick.Physical(), h.Time)
 	}
+	// West's records of east are old now: what it held, not a lag.
+	st, err := west.ReplicationStatus(ctx)
+	require.NoError(t, err)
+	require.Equal(t, messages.RolePrimary, st.Role)
+	require.Len(t, st.Channels, changePChannels)
+	for _, ch := range st.Channels {
+		require.True(t, ch.Old, "%+v", ch)
+		require.False(t, ch.LagKnown, "%+v", ch)
+	}
+	out, err = runCmd(t, "", "replicate", "status", "--server", westURL, "--cluster", "west")
+	require.NoError(t, err)
+	require.Contains(t, out, "east/pchan-0 (old)")
 
 	// West takes writes; north copies them.
 	_, err = west.AppendBytes(ctx, vs[0], []byte("west 1"))
