@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -137,9 +138,13 @@ func aoRequireIncreasing(t *testing.T, res []client.AppendResult) {
 	}
 }
 
-// TestAppendLargeCallLandsInOrder: one Append of 20,000 small messages
-// (twenty requests' worth) to one VChannel stores them in call order,
-// each once, through the local bypass and through NATS.
+// TestAppendLargeCallLandsInOrder: one Append of twenty requests' worth
+// of small messages to one VChannel stores them in call order, each once,
+// through the local bypass and through NATS. The client's requests carry
+// aoLargeBatch messages instead of the default 1000, so that the call
+// still spans twenty requests, more than the client keeps in flight at
+// once, with a tenth of the messages to append and read back (20,000
+// took most of the test's 20 s).
 func TestAppendLargeCallLandsInOrder(t *testing.T) {
 	s := startSystem(t, 1, 1)
 	waitServing(t, s, false)
@@ -147,9 +152,10 @@ func TestAppendLargeCallLandsInOrder(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			c := aoClient(t, s, m.opts...)
+			c := aoClient(t, s, append(slices.Clip(m.opts), client.WithMaxBatch(aoLargeBatch))...)
 			v := aoCollection(t, ctx, c)
-			const n = 20_000
+			const n = 20 * aoLargeBatch
+			require.Greater(t, n/aoLargeBatch, client.DefaultMaxInFlight, "the call takes more requests than fly at once")
 			names := make([]string, n)
 			msgs := make([]*messages.MutableMessage, n)
 			for i := range msgs {
@@ -165,6 +171,10 @@ func TestAppendLargeCallLandsInOrder(t *testing.T) {
 		})
 	}
 }
+
+// aoLargeBatch is the request size of TestAppendLargeCallLandsInOrder's
+// client.
+const aoLargeBatch = 100
 
 // TestAppendLargeMessagesLandInOrder: one Append of twelve messages of
 // about 1 MB each, more than one request carries under the server's
