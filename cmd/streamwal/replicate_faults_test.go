@@ -36,27 +36,34 @@ const (
 )
 
 // faultsPrimary is the primary cluster "east" of a fault test: an
-// in-process system on a server of its own, a client and a load on a
-// collection with a shard on each PChannel, not started yet.
+// in-process system on a server of its own, a client and, once started,
+// a load on a collection with a shard on each PChannel.
 type faultsPrimary struct {
 	url  string
 	c    *client.Client
 	load *workload.Load
 }
 
-// startFaultsPrimary starts the primary and its load's collection.
-func startFaultsPrimary(t *testing.T, ctx context.Context, seed uint64) *faultsPrimary {
+// startFaultsPrimary starts the primary.
+func startFaultsPrimary(t *testing.T) *faultsPrimary {
 	t.Helper()
 	sys := namedSystem(t, "east", faultsPChannels)
 	url := sys.Server.ClientURL()
-	c := memberClient(t, "east", url)
-	vs, err := c.CreateCollection(ctx, client.Collection{DBName: "faults", Name: "c", ID: 1, Shards: faultsPChannels})
+	return &faultsPrimary{url: url, c: memberClient(t, "east", url)}
+}
+
+// startLoad creates the load's collection (once replication is
+// configured: the secondaries take its creation from the primary's log)
+// and starts the load, and waits until it makes progress.
+func (p *faultsPrimary) startLoad(t *testing.T, ctx context.Context, seed uint64) {
+	t.Helper()
+	vs, err := p.c.CreateCollection(ctx, client.Collection{DBName: "faults", Name: "c", ID: 1, Shards: faultsPChannels})
 	require.NoError(t, err)
-	nc := natsConn(t, url)
-	load, err := workload.New(workload.Config{Client: c, Conn: nc, VChannels: vs, Appenders: 4, Seed: seed})
+	p.load, err = workload.New(workload.Config{Client: p.c, Conn: natsConn(t, p.url), VChannels: vs, Appenders: 4, Seed: seed})
 	require.NoError(t, err)
-	t.Cleanup(load.Stop)
-	return &faultsPrimary{url: url, c: c, load: load}
+	t.Cleanup(p.load.Stop)
+	require.NoError(t, p.load.Start())
+	p.waitAcked(t, faultsAcked)
 }
 
 // natsConn is a connection to url, closed when the test ends.
@@ -161,7 +168,7 @@ func waitHeld(t *testing.T, c *client.Client, since time.Time) time.Duration {
 func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
-	prim := startFaultsPrimary(t, ctx, 71)
+	prim := startFaultsPrimary(t)
 	srv := embedded.StartTest(t)
 	westURL := srv.ClientURL()
 	env := []string{"NATS_URL=" + westURL, "STREAMWAL_CLUSTER=west"}
@@ -175,8 +182,7 @@ func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 	configureFaults(t, prim.url, "west="+westURL)
 	west := memberClient(t, "west", westURL)
 
-	require.NoError(t, prim.load.Start())
-	prim.waitAcked(t, faultsAcked)
+	prim.startLoad(t, ctx, 71)
 	waitHeld(t, west, time.Now())
 
 	view, err := west.View(ctx)
@@ -214,7 +220,7 @@ func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 func TestReplicateUnderLoadLinkDrops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
-	prim := startFaultsPrimary(t, ctx, 72)
+	prim := startFaultsPrimary(t)
 	proxy := startLinkProxy(t, prim.url)
 	names := []streamwal.Cluster{"west", "north"}
 	var secs []*client.Client
@@ -227,8 +233,7 @@ func TestReplicateUnderLoadLinkDrops(t *testing.T) {
 	}
 	configureFaults(t, proxy.url(), members...)
 
-	require.NoError(t, prim.load.Start())
-	prim.waitAcked(t, faultsAcked)
+	prim.startLoad(t, ctx, 72)
 	for _, c := range secs {
 		waitHeld(t, c, time.Now())
 	}
@@ -289,15 +294,14 @@ func waitLag(t *testing.T, c *client.Client, what string, ok func(client.Replica
 func TestReplicateUnderLoadSecondaryRestarts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
-	prim := startFaultsPrimary(t, ctx, 73)
+	prim := startFaultsPrimary(t)
 	dir := t.TempDir()
 	args := []string{"--cluster", "west", "--pchannels", fmt.Sprint(faultsPChannels)}
 	proc, westURL := serveAndWait(t, dir, args...)
 	configureFaults(t, prim.url, "west="+westURL)
 	west := memberClient(t, "west", westURL)
 
-	require.NoError(t, prim.load.Start())
-	prim.waitAcked(t, faultsAcked)
+	prim.startLoad(t, ctx, 73)
 	waitHeld(t, west, time.Now())
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		chs, ok := replicationState(ctx, west)
