@@ -71,11 +71,15 @@ type faultRig struct {
 // transactions whole or not at all, MessageIDs and TimeTicks strictly
 // increasing per VChannel and per PChannel, and no message of an old term
 // after a newer term's RecoveryBarrier (the frozen node's writes landed
-// nothing after its successor's barrier).
+// nothing after its successor's barrier). Its cluster, processes and
+// directories are its own, and it mostly waits for them (the processes
+// run without -race): it runs in parallel with the other tests that do,
+// the restart tests, instead of before them.
 func TestClusterProcessesUnderFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a minute of faults on a cluster of processes")
 	}
+	t.Parallel()
 	began := time.Now()
 	r := startFaultRig(t)
 
