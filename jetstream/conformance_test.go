@@ -27,8 +27,13 @@ func TestMain(m *testing.M) { embedded.VerifyNoLeaks(m) }
 // its run fences in a few rounds only (fence) and its parallel appenders
 // write a third of the messages (parallel; for both, 0 is the suite's
 // default): what it adds is on the read side, which the fewer messages
-// still take through the archive's hand-off under three terms.
+// still take through the archive's hand-off under three terms. The runs
+// are independent (each has its own server, store directory and
+// backends) and mostly wait for the server's acknowledgements, so they
+// run in parallel with each other and with TestConformanceReplicas, as
+// many at once as go test's -parallel lets (GOMAXPROCS by default).
 func TestConformance(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name     string
 		sync     bool
@@ -41,6 +46,7 @@ func TestConformance(t *testing.T) {
 		{"archive", false, jetstream.Options{Archive: true, ArchiveObjectBytes: 2048}, 5, conformance.DefaultParallelMessages / 3},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			h := jetStreamHarness(t, c.sync, c.opts)
 			h.FenceIterations, h.ParallelMessages = c.fence, c.parallel
 			conformance.Run(t, h)
@@ -56,8 +62,10 @@ func TestConformance(t *testing.T) {
 // member restart is covered by cmd/streamwal's TestClusterProcessesUnderFaults,
 // which restarts a server under the whole system.) Its writers are those
 // of TestConformance's default run: it fences in a few rounds only, and
-// its parallel appenders write a third of the messages.
+// its parallel appenders write a third of the messages. It runs in
+// parallel with TestConformance's runs (its own cluster of servers).
 func TestConformanceReplicas(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a three-server cluster")
 	}
