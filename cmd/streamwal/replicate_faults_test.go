@@ -24,6 +24,9 @@ import (
 // primary throughout while a fault hits the link or the secondary; at
 // the end every acknowledged write is on the primary (workload.Check)
 // and the secondary's copy is the primary's log (workload.WaitReplica).
+// Each has servers, directories and ports of its own: they run in
+// parallel with each other and the other parallel tests, to keep the
+// suite short.
 const (
 	// faultsPChannels is the PChannel count of every cluster.
 	faultsPChannels = 2
@@ -166,6 +169,7 @@ func waitHeld(t *testing.T, c *client.Client, since time.Time) time.Duration {
 // node, which catches up with the primary; at the end the copy is the
 // primary's log.
 func TestReplicateUnderLoadNodeKilled(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
 	prim := startFaultsPrimary(t)
@@ -218,6 +222,7 @@ func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 // while the link is down; once it is back they catch up, and at the end
 // each copy is the primary's log.
 func TestReplicateUnderLoadLinkDrops(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
 	prim := startFaultsPrimary(t)
@@ -292,6 +297,7 @@ func waitLag(t *testing.T, c *client.Client, what string, ok func(client.Replica
 // survive) and catches up with the primary, and at the end the copy is
 // the primary's log.
 func TestReplicateUnderLoadSecondaryRestarts(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
 	defer cancel()
 	prim := startFaultsPrimary(t)
