@@ -109,30 +109,3 @@ func termOf(v wire.View, p string) uint64 {
 	}
 	return 0
 }
-
-// TestCoordinatorTakeover: crashing the active coordinator lets the
-// standby take over; TimeTicks keep increasing and the writer loses
-// nothing.
-func TestCoordinatorTakeover(t *testing.T) {
-	s := startSystem(t, 2, 1)
-	waitServing(t, s, true)
-	w := newWriter(t, s, 16)
-	w.start(8)
-	w.waitFor(t, 200)
-
-	old, ok := s.Active()
-	require.True(t, ok)
-	oldEpoch, _ := old.Active()
-	s.StopCoordinator(old, true)
-	require.Eventually(t, func() bool {
-		c, ok := s.Active()
-		if !ok || c == old {
-			return false
-		}
-		e, _ := c.Active()
-		return e > oldEpoch
-	}, 30*time.Second, 10*time.Millisecond, "the standby takes over")
-	w.waitFor(t, 200)
-	w.finish(t)
-	w.checkReadBack(t, s)
-}

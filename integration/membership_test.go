@@ -407,9 +407,12 @@ func TestNodeRestartSameID(t *testing.T) {
 
 // TestRepeatedCoordinatorTakeover: the active coordinator crashes twice in
 // a row (a third coordinator joins after the first crash) while the
-// writer runs; each successor's epoch is larger, TimeTicks keep
-// increasing per VChannel, and no PChannel changes owner or term merely
-// because the coordinator changed.
+// writer runs; after each crash a standby takes over (it is the system's
+// active coordinator, under a larger epoch, and the view says so) and
+// the writer goes on; TimeTicks keep increasing per VChannel, the writer
+// loses nothing, and no PChannel changes owner or term merely because the
+// coordinator changed. Its first takeover is the single takeover of a
+// cluster of two coordinators and one node under the writer.
 func TestRepeatedCoordinatorTakeover(t *testing.T) {
 	t.Parallel() // mostly idle: waiting for a crashed node to return (see crashNode) or for leases to lapse
 	s := startCluster(t, 2, 1)
@@ -425,6 +428,14 @@ func TestRepeatedCoordinatorTakeover(t *testing.T) {
 		require.Equal(t, prev.Epoch, oldEpoch, "the view carries the active coordinator's epoch")
 		start := time.Now()
 		s.StopCoordinator(old, true)
+		require.Eventually(t, func() bool {
+			c, ok := s.Active()
+			if !ok || c == old {
+				return false
+			}
+			e, _ := c.Active()
+			return e > oldEpoch
+		}, 30*time.Second, 10*time.Millisecond, "takeover %d: the standby takes over", round)
 		v := viewWhen(t, s, "a standby takes over", func(v wire.View) bool {
 			return v.Epoch > oldEpoch && v.Leader != old.ID()
 		})
