@@ -12,11 +12,12 @@ import (
 	"github.com/streamwal/streamwal/services/wire"
 )
 
-// TestClusterComesUpBalanced: 16 PChannels on two nodes, 8 each, with one
-// coordinator active and one standby.
-func TestClusterComesUpBalanced(t *testing.T) {
-	s := startSystem(t, 2, 2)
-	v := waitServing(t, s, true)
+// requireComesUpBalanced checks the view v of a cluster of two
+// coordinators and two nodes that just came up: 16 PChannels on two
+// nodes, 8 each, with one coordinator active and one standby
+// (TestTakeoverKeepsAssignmentsOfEveryNode starts such a cluster).
+func requireComesUpBalanced(t *testing.T, s *system.System, v wire.View) {
+	t.Helper()
 	require.Len(t, v.Channels, 16)
 	require.Len(t, v.Nodes, 2)
 	owners := map[string]int{}
