@@ -271,9 +271,7 @@ func (b *JetStream) Read(ctx context.Context, p streamwal.PChannel, opts ReadOpt
 		}
 		opts.Start = After(messages.MessageID(s.CachedInfo().State.LastSeq))
 	} else if b.opts.Archive {
-		if sc, ok, err := b.readArchived(ctx, p, opts); ok || err != nil {
-			return sc, err
-		}
+		return b.readStreamOrArchive(ctx, p, opts)
 	}
 	return newScanner(ctx, b, p, opts)
 }

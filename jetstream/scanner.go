@@ -83,6 +83,37 @@ func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts Re
 	return s, nil
 }
 
+// readStreamOrArchive opens a scanner of p's stream while it reads the
+// archive's index, so that a read the stream serves (the usual case) waits
+// for one round trip to the server, not two. When the start is below the
+// archive's end, the stream's scanner is closed unused and the read starts
+// in the archive. The stream's consumer starts at its start position
+// before the index is read: an index that shows no archived message at or
+// above that position shows that no truncation removed one from the
+// stream before the consumer started (a truncation archives before it
+// removes), so the stream's scanner misses nothing that reading the index
+// first would have found.
+func (b *JetStream) readStreamOrArchive(ctx context.Context, p streamwal.PChannel, opts ReadOptions) (Scanner, error) {
+	type opened struct {
+		s   *scanner
+		err error
+	}
+	stream := make(chan opened, 1)
+	go func() {
+		s, err := newScanner(ctx, b, p, opts)
+		stream <- opened{s, err}
+	}()
+	sc, archived, err := b.readArchived(ctx, p, opts)
+	o := <-stream
+	if archived || err != nil {
+		if o.s != nil {
+			_ = o.s.Close()
+		}
+		return sc, err
+	}
+	return o.s, o.err
+}
+
 // consumerConfig is the ordered consumer of opts, with its start and
 // filters.
 func consumerConfig(opts ReadOptions) njs.OrderedConsumerConfig {
