@@ -13,6 +13,27 @@ import (
 // ID derived from its source, so that the stream drops a re-append of it
 // within its duplicate window.
 func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
+	if src != nil && src.h.Replicate != nil {
+		return nil, wrapInvalid(ErrBadTarget, "message %d is already a replica", src.id)
+	}
+	return c.newReplica(src, source, target)
+}
+
+// NewRelay is NewReplicate for a message of source that is itself a
+// replica, of a third cluster: the replica carries source's header in
+// place of the one src carries, so that a secondary copies a replica
+// its source holds as a message of its source's log (a secondary that
+// was behind the member promoted in a failover copies from it what it
+// missed of the old primary).
+func (c *Codec) NewRelay(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
+	if src != nil && src.h.Replicate != nil && src.h.Replicate.Cluster == c.cluster {
+		return nil, wrapInvalid(ErrBadTarget, "message %d is a replica of cluster %s, which is this one", src.id, c.cluster)
+	}
+	return c.newReplica(src, source, target)
+}
+
+// newReplica is the replica of src, of cluster source, for target.
+func (c *Codec) newReplica(src *ImmutableMessage, source streamwal.Cluster, target streamwal.PChannel) (*MutableMessage, error) {
 	if _, err := streamwal.ParseCluster(string(source)); err != nil {
 		return nil, err
 	}
@@ -27,8 +48,6 @@ func (c *Codec) NewReplicate(src *ImmutableMessage, source streamwal.Cluster, ta
 		return nil, wrapInvalid(ErrBadTarget, "cannot replicate cluster %s into itself", source)
 	case src.h.Unreplicable || src.typ.Is(FlagUnreplicable) || src.typ.Is(FlagSynthetic):
 		return nil, wrapInvalid(ErrBadTarget, "message %d of type %s is not replicable", src.id, src.typ.Name)
-	case src.h.Replicate != nil:
-		return nil, wrapInvalid(ErrBadTarget, "message %d is already a replica", src.id)
 	case !c.reg.Has(src.typ):
 		return nil, wrapInvalid(ErrUnknownType, "%s is not in this codec's registry", src.typ.Name)
 	}

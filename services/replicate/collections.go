@@ -59,16 +59,17 @@ func (co coordinator) Release(ctx context.Context, id int64) error {
 }
 
 // learn tells the coordinator of the collections that the DDL of batch
-// creates and drops, before they are appended (so at least once: the
+// creates and drops, where it is to be appended (units[i] not nil),
+// before it is (so at least once: the
 // coordinator takes a repeat as done). Only the copy on the control
 // channel is told, once per DDL, with the VChannels renamed onto this
 // cluster's PChannels of the same index.
-func (r *replicator) learn(ctx context.Context, batch []delivery) error {
+func (r *replicator) learn(ctx context.Context, batch []delivery, units [][]*messages.MutableMessage) error {
 	if r.cfg.Collections == nil {
 		return nil
 	}
-	for _, d := range batch {
-		if d.m == nil || !d.m.VChannel().IsControl() || d.m.Replicate() != nil {
+	for i, d := range batch {
+		if units[i] == nil || !d.m.VChannel().IsControl() {
 			continue
 		}
 		var err error

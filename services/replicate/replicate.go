@@ -12,7 +12,11 @@
 // WAL-internal messages (each cluster writes its own TimeTicks, barriers,
 // CreateSegments and Flushes), unreplicable ones (resource groups,
 // AlterReplicateConfig: each member is configured on its own) and
-// replicas found in the primary's log. A committed transaction is
+// replicas of this cluster's own messages. The replicas of a third
+// cluster that the source holds (it was a secondary itself) are relayed
+// as messages of the source's log (messages.Codec.NewRelay: the replica
+// carries the source's header), so that a copy of the source's log is
+// whole. A committed transaction is
 // re-appended whole, as one atomic unit (its BeginTxn, bodies and
 // CommitTxn, each with its replicate header); a rolled-back or expired
 // one never. Broadcasts (DDL) replicate as the messages they are on each
@@ -47,7 +51,27 @@
 // source TimeTick with streamwal.ErrDuplicate, which the replicator takes
 // as done: after a crash, a reconnect or a change of owner, every
 // replicable message lands once. Without a source position (a new
-// secondary) it copies the primary's log from its first message.
+// secondary) it starts at the edge's Start, where `replicate configure`
+// added it (or a switchover or failover promoted its source), or, with
+// none (`configure --copy-history`), at the source's first message.
+//
+// # Catching up after a change of primary
+//
+// When the last replica that landed is of another cluster than the
+// source (the old primary of a failover or switchover), this cluster
+// may be behind the source in the old primary's log: the source may
+// hold replicas of it this cluster missed. The replicator then copies
+// those first: it reads the source from catchUpMargin (10 s) before
+// that replica's TimeTick by the source's clock (read.Locate), at the
+// latest from the edge's Start, and relays only the source's replicas
+// of the old primary above that TimeTick and the source's own messages
+// from the Start on; the source's replicas are in the old primary's
+// TimeTick order, so that the first one it meets must be one this
+// cluster holds, or the catch-up started too late (clocks further
+// apart than the margin) and starts again at the source's first
+// message. Each message is copied once: replicas at or below what this
+// cluster held are skipped, and once a relayed replica landed, the
+// replicator starts after it.
 //
 // # Pipelining
 //
@@ -70,10 +94,10 @@
 // stop it, nor does a topology older than the one in force
 // (messages.Topology's Version), which the WAL ignores. When the edge
 // into this cluster has a Start (a switchover or failover sets it to
-// where the new primary took its role), a replicator without a later
-// position in that source's log starts there rather than at the
-// source's first message: before it, the source's log holds replicas of
-// the old primary, which this cluster has already.
+// where the new primary took its role, configure to where it added a
+// secondary), a replicator without a position in that source's log
+// starts there rather than at the source's first message (or catches
+// up, above); one with a position goes on after it.
 //
 // # Checkpoint record and lag
 //

@@ -60,6 +60,11 @@ type replicator struct {
 	kvMu sync.Mutex
 	kv   njs.KeyValue // the replication bucket, once opened
 
+	// late: the last catch-up started too late (errStartedLate); the
+	// next starts at the source's first message. Only the loop's
+	// goroutine touches it.
+	late bool
+
 	reports, traces bool // a hook follows replication, re-appends
 	active          bool // replicating for a secondary (under mu)
 	reportMu        sync.Mutex
@@ -95,6 +100,9 @@ func (r *replicator) loop(ctx context.Context) {
 			continue
 		case progressed:
 			bo.Reset()
+		}
+		if errors.Is(err, errStartedLate) {
+			r.late = true
 		}
 		r.fail(err)
 		wait(ctx, next, time.After(bo.NextBackOff()))
@@ -162,6 +170,8 @@ type source struct {
 	codec  *messages.Codec
 	nc     *nats.Conn
 	be     *jetstream.JetStream
+	// scope is what the attempt copies of the replicas the source holds.
+	scope scope
 }
 
 // connect opens a connection to member and a backend on it.
@@ -230,19 +240,19 @@ func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMembe
 		return false, err
 	}
 	defer src.close()
-	pos := r.start(member.Cluster, src.p, landed, edge.Start)
-	start, minTT := read.Earliest(), messages.TimeTick(0)
-	if pos != nil && pos.LastConfirmed > 0 {
-		start, minTT = read.From(pos.LastConfirmed), pos.TimeTick+1
+	start, minTT, err := r.plan(ctx, src, landed, edge.Start)
+	if err != nil {
+		return false, fmt.Errorf("where to start in %s of %s: %w", src.p, member.Cluster, err)
 	}
 	sc, err := read.Open(ctx, read.Options{Backend: src.be, Codec: src.codec, Ticks: src.nc, PChannel: src.p, Start: start, MinTimeTick: minTT})
 	if err != nil {
 		return false, fmt.Errorf("read %s of %s: %w", src.p, member.Cluster, err)
 	}
 	defer func() { _ = sc.Close() }()
-	ev := r.log.Info().Str("source", string(member.Cluster)).Str("source_pchannel", src.p.String())
-	if pos != nil {
-		ev = ev.Uint64("from", uint64(pos.LastConfirmed)).Uint64("after_timetick", uint64(pos.TimeTick))
+	ev := r.log.Info().Str("source", string(member.Cluster)).Str("source_pchannel", src.p.String()).
+		Uint64("from", uint64(start.Position.ID)).Uint64("after_timetick", uint64(minTT))
+	if src.scope.of != "" {
+		ev = ev.Str("catch_up_of", string(src.scope.of)).Uint64("catch_up_after", uint64(src.scope.after))
 	}
 	ev.Msg("replicating")
 
@@ -268,19 +278,6 @@ func (r *replicator) attempt(ctx context.Context, member messages.ReplicateMembe
 
 // position is where in its source's log replication stands.
 type position = messages.ReplicateHeader
-
-// start is where an attempt on PChannel p of source c starts: after the
-// later of what landed in the WAL and what the replicator acknowledged
-// (skipped messages included), or at the edge's start in the source's
-// log (startAt, by PChannel index) when that is later; nil for the
-// beginning.
-func (r *replicator) start(c streamwal.Cluster, p streamwal.PChannel, landed *position, startAt []messages.MessageID) *position {
-	pos := r.own(c, p, landed)
-	if i := r.p.Index(); i < len(startAt) && (pos == nil || pos.MessageID < startAt[i]) {
-		return &position{Cluster: c, LastConfirmed: startAt[i]}
-	}
-	return pos
-}
 
 // own is where the replicator stands in PChannel p of source c: the
 // later of what landed in the WAL and what it acknowledged, nil for
@@ -368,9 +365,6 @@ func (r *replicator) next(ctx context.Context, in <-chan delivery, readErr <-cha
 // over the contiguous prefix acknowledged (a replica the WAL already has
 // counts as acknowledged); it returns how many units it appended.
 func (r *replicator) appendBatch(ctx context.Context, src *source, batch []delivery) (int, error) {
-	if err := r.learn(ctx, batch); err != nil {
-		return 0, err
-	}
 	units := make([][]*messages.MutableMessage, len(batch))
 	var todo [][]*messages.MutableMessage
 	var from []*messages.ImmutableMessage // todo's source messages, when traced
@@ -389,6 +383,9 @@ func (r *replicator) appendBatch(ctx context.Context, src *source, batch []deliv
 				from = append(from, d.m)
 			}
 		}
+	}
+	if err := r.learn(ctx, batch, units); err != nil {
+		return 0, err
 	}
 	var errs []error
 	if len(todo) > 0 {
@@ -420,8 +417,22 @@ func (r *replicator) appendBatch(ctx context.Context, src *source, batch []deliv
 	return appended, nil
 }
 
-// replicas is the unit to append for m (nil: m is not replicated).
+// replicas is the unit to append for m (nil: m is not replicated). A
+// replica the source holds is relayed when the attempt's scope copies
+// it (see scope), as a message of the source's log.
 func (r *replicator) replicas(src *source, m *messages.ImmutableMessage) ([]*messages.MutableMessage, error) {
+	head := m
+	if m.Type() == messages.TypeTxn {
+		head = m.TxnCommit()
+	}
+	relay := head.Replicate() != nil
+	if copied, err := src.scope.copies(head); !copied || err != nil {
+		return nil, err
+	}
+	newReplica := r.cfg.Codec.NewReplicate
+	if relay {
+		newReplica = r.cfg.Codec.NewRelay
+	}
 	if m.Type() == messages.TypeTxn {
 		parts := append(append([]*messages.ImmutableMessage{m.TxnBegin()}, m.TxnBody()...), m.TxnCommit())
 		unit := make([]*messages.MutableMessage, 0, len(parts))
@@ -429,7 +440,7 @@ func (r *replicator) replicas(src *source, m *messages.ImmutableMessage) ([]*mes
 			if part.Unreplicable() {
 				continue
 			}
-			rep, err := r.cfg.Codec.NewReplicate(part, src.member.Cluster, r.p)
+			rep, err := newReplica(part, src.member.Cluster, r.p)
 			if err != nil {
 				return nil, err
 			}
@@ -437,10 +448,10 @@ func (r *replicator) replicas(src *source, m *messages.ImmutableMessage) ([]*mes
 		}
 		return unit, nil
 	}
-	if m.Type().Is(messages.FlagSelfControlled) || m.Unreplicable() || m.Replicate() != nil {
+	if m.Type().Is(messages.FlagSelfControlled) || m.Unreplicable() {
 		return nil, nil
 	}
-	rep, err := r.cfg.Codec.NewReplicate(m, src.member.Cluster, r.p)
+	rep, err := newReplica(m, src.member.Cluster, r.p)
 	if err != nil {
 		return nil, err
 	}
