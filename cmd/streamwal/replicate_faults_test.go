@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -230,11 +231,11 @@ func TestReplicateUnderLoadLinkDrops(t *testing.T) {
 	names := []streamwal.Cluster{"west", "north"}
 	var secs []*client.Client
 	var conns []*nats.Conn
-	var members []string
+	var members, urls []string
 	for _, name := range names {
 		url := namedCluster(t, name, faultsPChannels)
 		secs, conns = append(secs, memberClient(t, name, url)), append(conns, natsConn(t, url))
-		members = append(members, string(name)+"="+url)
+		members, urls = append(members, string(name)+"="+url), append(urls, url)
 	}
 	configureFaults(t, proxy.url(), members...)
 
@@ -248,6 +249,15 @@ func TestReplicateUnderLoadLinkDrops(t *testing.T) {
 	for _, c := range secs {
 		first := waitLag(t, c, "a lag past 1.5 s", func(ch client.ReplicationChannel) bool { return ch.Lag > 1500*time.Millisecond })
 		waitLag(t, c, "a lag still growing", func(ch client.ReplicationChannel) bool { return ch.Lag > first[ch.PChannel]+500*time.Millisecond })
+	}
+	// The command an operator runs says so too.
+	out, err := runCmd(t, "", "replicate", "status", "--server", urls[0], "--cluster", "west", "--json")
+	require.NoError(t, err)
+	var st client.ReplicationStatus
+	require.NoError(t, json.Unmarshal([]byte(out), &st), out)
+	require.Len(t, st.Channels, faultsPChannels, out)
+	for _, ch := range st.Channels {
+		require.True(t, ch.LagKnown && ch.Lag > 1500*time.Millisecond, "replicate status while the link is down: %s", out)
 	}
 	prim.waitAcked(t, faultsAcked) // the primary takes writes all along
 	proxy.setDown(false)
