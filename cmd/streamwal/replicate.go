@@ -29,7 +29,7 @@ func newReplicateCmd() *cobra.Command {
 			"cluster never goes back to an older topology.",
 	}
 	cmd.AddCommand(newReplicateConfigureCmd(), newReplicateStatusCmd(), newReplicateSwitchoverCmd(),
-		newReplicateFailoverCmd(), newReplicateRemoveCmd())
+		newReplicateFailoverCmd(), newReplicateRemoveCmd(), newReplicateRejoinCmd())
 	return cmd
 }
 
@@ -330,7 +330,9 @@ func newReplicateStatusCmd() *cobra.Command {
 			"PChannel's replicator: the source PChannel, the checkpoint (last message of the\n" +
 			"source replicated), the lag (time since the source TimeTick through which the\n" +
 			"secondary holds everything: it grows while replication is stuck, disconnected or\n" +
-			"not running) and the error that holds it up, if any.",
+			"not running) and the error that holds it up, if any. A primary asks the other\n" +
+			"members of its topology for theirs and says it was superseded when one holds a\n" +
+			"newer topology with another primary (a failover while it was away: see rejoin).",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return f.withClient(cmd, func(ctx context.Context, c *client.Client) error {
@@ -338,8 +340,12 @@ func newReplicateStatusCmd() *cobra.Command {
 				if err != nil {
 					return err
 				}
+				sup := f.findSuperseding(ctx, c.Cluster(), st)
 				if f.json {
-					return printJSON(cmd.OutOrStdout(), st)
+					return printJSON(cmd.OutOrStdout(), replicationReport{ReplicationStatus: st, Superseded: sup})
+				}
+				if sup != nil {
+					printSuperseded(cmd.OutOrStdout(), c.Cluster(), sup)
 				}
 				return printReplication(cmd.OutOrStdout(), st)
 			})
@@ -347,6 +353,14 @@ func newReplicateStatusCmd() *cobra.Command {
 	}
 	f.add(cmd)
 	return cmd
+}
+
+// replicationReport is what `replicate status --json` prints.
+type replicationReport struct {
+	client.ReplicationStatus
+	// Superseded names the member holding a newer topology with another
+	// primary, when this cluster is a primary that a failover replaced.
+	Superseded *supersededBy `json:"superseded,omitempty"`
 }
 
 // printReplication renders the replication status as text.

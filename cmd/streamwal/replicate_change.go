@@ -213,6 +213,9 @@ type changed struct {
 	// Held is, after a failover, what the new primary holds of the old
 	// one's log, per PChannel.
 	Held []heldChannel `json:"held,omitempty"`
+	// Lost is, after a rejoin, what the old primary holds past what the
+	// new one replicated of it, per PChannel.
+	Lost []lostChannel `json:"lost,omitempty"`
 }
 
 // report prints what a change set: JSON, or a line per member.

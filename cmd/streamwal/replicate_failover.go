@@ -30,8 +30,10 @@ func newReplicateFailoverCmd() *cobra.Command {
 			"what NAME holds of the old primary's log, the last message replicated and the\n" +
 			"TimeTick through which it holds everything, with its time (as its replicator\n" +
 			"last recorded it, every second): what the old primary took after that may be\n" +
-			"missing. The old primary, when it comes back, still takes writes as a primary:\n" +
-			"configure it as a secondary of NAME (or remove it) before its writers return.",
+			"missing. The old primary, when it comes back, still takes writes as a primary\n" +
+			"(its status says it was superseded): make it a secondary of NAME with replicate\n" +
+			"rejoin, which reports the writes it took that NAME never got, before its writers\n" +
+			"return.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			target, err := streamwal.ParseCluster(to)
