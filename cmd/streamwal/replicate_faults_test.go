@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -167,8 +168,9 @@ func waitHeld(t *testing.T, c *client.Client, since time.Time) time.Duration {
 // running the replicators of the PChannels it owns. Under load on the
 // primary, a node that owns a PChannel is killed with SIGKILL: the
 // coordinator moves its PChannels, and their replicators, to the other
-// node, which catches up with the primary; at the end the copy is the
-// primary's log.
+// node, which catches up with the primary. The killed node then starts
+// again under its ID and joins, and at the end the copy is the primary's
+// log.
 func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
@@ -212,6 +214,15 @@ func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 	waitHeld(t, west, time.Now())
 	t.Logf("SIGKILL of node %s: its PChannels and replicators moved to %s, which holds the primary's log through the present %s after the kill",
 		victim, survivor, time.Since(killed).Round(time.Millisecond))
+
+	// The killed node starts again under its ID and joins; replication
+	// goes on, wherever the coordinator places the PChannels.
+	startComponent(t, env, "node", "--id", victim)
+	require.NoError(t, pollEvery(faultsWait, 50*time.Millisecond, func() (bool, error) {
+		view, err := west.View(ctx)
+		return err == nil && slices.Contains(view.Nodes, victim), nil
+	}), "node %s is live again", victim)
+	waitHeld(t, west, time.Now())
 	prim.waitAcked(t, faultsAcked)
 	prim.finish(t, []*client.Client{west}, []*nats.Conn{natsConn(t, westURL)})
 }
@@ -219,9 +230,9 @@ func TestReplicateUnderLoadNodeKilled(t *testing.T) {
 // TestReplicateUnderLoadLinkDrops: three clusters; the secondaries reach
 // the primary through a TCP proxy (the topology's URL of the primary is
 // the proxy's). Under load, the proxy cuts every connection and refuses
-// new ones: both secondaries' lag, as their status reports it, grows
-// while the link is down; once it is back they catch up, and at the end
-// each copy is the primary's log.
+// new ones: both secondaries' lag, as their status (client and
+// `replicate status`) reports it, grows while the link is down; once it
+// is back they catch up, and at the end each copy is the primary's log.
 func TestReplicateUnderLoadLinkDrops(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*faultsWait)
