@@ -39,8 +39,42 @@ type scanner struct {
 	pull           []njs.PullMessagesOpt
 	last           uint64
 	stall          time.Duration
+	wait           stallWait
 	mu             sync.Mutex
 	closed         bool
+}
+
+// stallWait is the context of the waits for a message, with the stall
+// bound as its timeout, kept from one message to the next while at least
+// half of that bound is left, so that a stream of messages does not cost a
+// context and a timer each: a scanner looks whether its consumer stalled
+// after between half its stall bound and that bound without a message.
+type stallWait struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   <-chan struct{} // the caller's Done, which ctx derives from
+	stall  time.Duration   // the bound ctx was made with
+	until  time.Time       // its deadline
+}
+
+// get returns a context that ends with ctx or after at most stall.
+func (w *stallWait) get(ctx context.Context, stall time.Duration) context.Context {
+	now := time.Now()
+	if w.ctx != nil && w.done == ctx.Done() && w.stall == stall && w.ctx.Err() == nil && w.until.Sub(now) > stall/2 {
+		return w.ctx
+	}
+	w.release()
+	w.ctx, w.cancel = context.WithTimeout(ctx, stall)
+	w.done, w.stall, w.until = ctx.Done(), stall, now.Add(stall)
+	return w.ctx
+}
+
+// release cancels the context kept, if any.
+func (w *stallWait) release() {
+	if w.cancel != nil {
+		w.cancel()
+		*w = stallWait{}
+	}
 }
 
 // Bounds of the wait for a message before a scanner looks whether its
@@ -174,16 +208,17 @@ func (s *scanner) Next(ctx context.Context) (*messages.ImmutableMessage, error) 
 // waits for a message longer than its stall bound, while the stream holds
 // a message past the last one it delivered that its filters let through,
 // starts its consumers again after that message. The bound doubles at
-// every look and starts again with each message delivered.
+// every look and starts again with each message delivered. The wait's
+// context is kept from one message to the next (see stallWait) and
+// released when Next fails.
 func (s *scanner) nextMain(ctx context.Context) (njs.Msg, uint64, error) {
 	for {
-		wait, cancel := context.WithTimeout(ctx, s.stall)
-		m, seq, err := s.next(wait, s.current())
-		cancel()
+		m, seq, err := s.next(s.wait.get(ctx, s.stall), s.current())
 		if err == nil {
 			s.last, s.stall = seq, minStall
 			return m, seq, nil
 		}
+		s.wait.release()
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return nil, 0, err
 		}
