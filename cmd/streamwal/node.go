@@ -32,6 +32,7 @@ type nodeFlags struct {
 	dupWindow   time.Duration
 	intervals   storageIntervals
 	groupCommit string
+	replAuth    replicateAuth
 }
 
 // nodeEnv are the environment bindings of `streamwal node`.
@@ -91,6 +92,7 @@ func newNodeCmd() *cobra.Command {
 	fl.StringVar(&f.stateDir, "state-dir", "", "directory that keeps the node's ID across restarts (env STREAMWAL_STATE_DIR)")
 	fl.StringVar(&f.groupCommit, "group-commit", groupCommitAuto, "gather waiting appends into one write: auto, on or off (env STREAMWAL_GROUP_COMMIT; see above)")
 	addRecoveryFlags(fl, &f.retain, &f.dupWindow, &f.intervals)
+	f.replAuth.add(fl)
 	addConnHelp(cmd)
 	return cmd
 }
@@ -130,8 +132,13 @@ func runNode(cmd *cobra.Command, f *nodeFlags) error {
 		return err
 	}
 	defer nc.Close()
+	repl, err := f.replAuth.options()
+	if err != nil {
+		return err
+	}
 	n, gc, err := startNode(ctx, log, nc, nodeSettings{cluster: cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)})
+		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing),
+		replicate: repl})
 	if err != nil {
 		return err
 	}
@@ -175,6 +182,9 @@ type nodeSettings struct {
 	// hooks receive the node's (and serve's coordinator's) telemetry:
 	// metrics, and the traces of its appends.
 	hooks telemetry.Hooks
+	// replicate are the credentials of the replicators' connection to
+	// each source cluster (replicateAuth).
+	replicate func(streamwal.Cluster) []nats.Option
 }
 
 // startNode waits for a coordinator to have created the cluster (for as
@@ -192,7 +202,7 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	gc, why := decideGroupCommit(ctx, nodeLog(log, s.id), nc, s.groupCommit, s.replicas)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks,
+	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks, ReplicateOptions: s.replicate,
 		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
 		Recovery: withReplicas(retention(s.retain, s.intervals), s.replicas)})
 	if err != nil {

@@ -48,6 +48,8 @@ type serveFlags struct {
 	replicas    int
 	groupCommit string
 	metrics     metricsFlags
+	// replAuth are the replicators' credentials for their sources.
+	replAuth replicateAuth
 }
 
 // serveEmbeddedFlags are the flags that configure the embedded server,
@@ -127,6 +129,7 @@ func newServeCmd() *cobra.Command {
 	fl.IntVar(&f.pchannels, "pchannels", coord.DefaultPChannels, "PChannels of a new cluster")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn, error, disabled")
 	addRecoveryFlags(fl, &f.retain, &f.dupWindow, &f.intervals)
+	f.replAuth.add(fl)
 	f.natsFlags.add(fl)
 	fl.Lookup(flagServer).DefValue, f.server = "", ""
 	fl.Lookup(flagServer).Usage = "existing NATS servers to run on, comma-separated, instead of the embedded server (env STREAMWAL_SERVER)"
@@ -317,13 +320,20 @@ func startServing(cmd *cobra.Command, f *serveFlags, cfg serveConfig, reclaim bo
 		srv.Shutdown()
 		return nil, err
 	}
+	repl, err := f.replAuth.options()
+	if err != nil {
+		stopTracing()
+		srv.Shutdown()
+		return nil, err
+	}
 	s := &serving{cluster: cfg.cluster, srv: srv, auth: sec, sysUser: sysUser, stopTracing: stopTracing}
 	ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
 	defer cancel()
 	s.sys, err = system.Start(ctx, system.Options{Cluster: cfg.cluster, Server: srv, Logger: log, ConnectOptions: sec.connect,
 		MetricsAddr: f.metrics.addr, Pprof: f.metrics.pprof,
 		Coord: coord.Config{PChannels: f.pchannels, ReclaimLease: reclaim, NodeTTL: cfg.nodeTTL, Hooks: tracing},
-		Node:  node.Config{Recovery: retention(f.retain, f.intervals), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, Hooks: tracing}})
+		Node: node.Config{Recovery: retention(f.retain, f.intervals), Backend: jetstream.Options{DuplicateWindow: f.dupWindow}, Hooks: tracing,
+			ReplicateOptions: repl}})
 	if err != nil {
 		stopTracing()
 		srv.Shutdown()

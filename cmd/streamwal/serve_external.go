@@ -63,8 +63,13 @@ func runServeExternal(cmd *cobra.Command, f *serveFlags, cfg serveConfig) error 
 		return err
 	}
 	defer stopTracing()
+	repl, err := f.replAuth.options()
+	if err != nil {
+		return err
+	}
 	s, err := startExternal(cmd, &cf, log, cfg, nodeSettings{cluster: cfg.cluster, id: id, replicas: f.replicas,
-		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing)}, f.pchannels)
+		retain: f.retain, dupWindow: f.dupWindow, intervals: f.intervals, groupCommit: f.groupCommit, hooks: slices.Concat(hooks, tracing),
+		replicate: repl}, f.pchannels)
 	if err != nil {
 		return err
 	}

@@ -104,6 +104,10 @@ type Config struct {
 	// a message that carries a trace context wal.append and
 	// wal.appendimpl spans.
 	Hooks telemetry.Hooks
+	// ReplicateOptions, when set, are the options (credentials) of the
+	// replicators' connection to the source cluster it is called with,
+	// on a secondary (replicate.Config.SourceOptions).
+	ReplicateOptions func(source streamwal.Cluster) []nats.Option
 }
 
 // WALBackend is what a node needs of its backend: the WALs' backend,

@@ -24,7 +24,7 @@ func (n *Node) replicate(w *wal.WAL) {
 		}
 	}()
 	err := replicate.Run(ctx, replicate.Config{Target: w, Codec: n.cfg.Codec, Local: n.cfg.Conn,
-		Collections: replicate.Coordinator(n.cfg.Conn, n.cfg.Codec.Cluster()), Logger: n.log, Hooks: n.cfg.Hooks})
+		Collections: replicate.Coordinator(n.cfg.Conn, n.cfg.Codec.Cluster()), SourceOptions: n.cfg.ReplicateOptions, Logger: n.log, Hooks: n.cfg.Hooks})
 	if err != nil {
 		n.log.Error().Err(err).Str("pchannel", w.PChannel().String()).Msg("replicator")
 	}

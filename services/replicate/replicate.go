@@ -183,6 +183,11 @@ type Config struct {
 	// ConnectOptions are added to the connection to the primary
 	// (credentials, TLS); the replicator adds a name and reconnects.
 	ConnectOptions []nats.Option
+	// SourceOptions, when set, are added after ConnectOptions to the
+	// connection to the source cluster it is called with: the
+	// credentials this cluster's replicators have for it (the topology
+	// names where a member is, never how to log in there).
+	SourceOptions func(source streamwal.Cluster) []nats.Option
 	// Collections, when set, is told of the collections replicated DDL
 	// creates and drops (Coordinator: this cluster's coordinator), before
 	// the DDL is appended.

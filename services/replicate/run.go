@@ -190,6 +190,9 @@ func (r *replicator) connect(ctx context.Context, member messages.ReplicateMembe
 	}
 	opts := append([]nats.Option{nats.Name("streamwal-replicator-" + string(r.self) + "-" + r.p.String()),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, r.cfg.ConnectOptions...)
+	if r.cfg.SourceOptions != nil {
+		opts = append(opts, r.cfg.SourceOptions(member.Cluster)...)
+	}
 	nc, err := nats.Connect(member.URL, opts...)
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect to %s at %s: %v", member.Cluster, member.URL, err)
