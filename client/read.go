@@ -3,9 +3,12 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"iter"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	njs "github.com/nats-io/nats.go/jetstream"
@@ -132,18 +135,32 @@ func (c *Client) tailOf(ctx context.Context, o read.Options) (messages.MessageID
 	if o.VChannel.IsZero() {
 		return messages.MessageID(st.CachedInfo().State.LastSeq), nil
 	}
-	var last messages.MessageID
-	for _, f := range c.opts.cluster.VChannelFilter(o.VChannel) {
-		m, err := st.GetLastMsgForSubject(ctx, f)
-		if errors.Is(err, njs.ErrMsgNotFound) {
-			continue
-		}
-		if err != nil {
-			return 0, streamwal.Errorf(streamwal.CodeUnavailable, "last message of %s on %s: %v", f, name, err)
-		}
-		last = max(last, messages.MessageID(m.Sequence))
+	filters := c.opts.cluster.VChannelFilter(o.VChannel)
+	lasts, errs := make([]messages.MessageID, len(filters)), make([]error, len(filters))
+	var wg sync.WaitGroup
+	for i, f := range filters {
+		wg.Go(func() { lasts[i], errs[i] = lastOf(ctx, st, f) })
 	}
-	return last, nil
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return 0, streamwal.Errorf(streamwal.CodeUnavailable, "last message on %s: %v", name, err)
+	}
+	return slices.Max(lasts), nil
+}
+
+// lastOf is the MessageID of the last message of st on subject filter f
+// (0: none), read directly; the filters of a VChannel are read side by
+// side, so that a read to now waits for one round trip for them, not one
+// each.
+func lastOf(ctx context.Context, st njs.Stream, f string) (messages.MessageID, error) {
+	m, err := st.GetLastMsgForSubject(ctx, f)
+	if errors.Is(err, njs.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("last message of %s: %w", f, err)
+	}
+	return messages.MessageID(m.Sequence), nil
 }
 
 // Next blocks for the next message, until ctx ends or the scanner is
