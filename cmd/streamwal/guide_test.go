@@ -89,7 +89,7 @@ func TestTailOfAVChannelThatDoesNotExistSaysSoAtOnce(t *testing.T) {
 	require.Contains(t, err.Error(), "--wait follows it until the collection is created")
 
 	// Another PChannel's VChannel of an existing collection.
-	other := (v.PChannel().Index() + 1) % 16
+	other := (v.PChannel().Index() + 1) % testPChannels
 	wrong := fmt.Sprintf("pchan-%d_1v0", other)
 	_, err = c.run(t, "", "tail", "--vchannel", wrong, "--timeout", "1h", "--wait")
 	requireOneLineError(t, err, "tail of a VChannel its collection does not have")

@@ -22,6 +22,7 @@ import (
 	"github.com/streamwal/streamwal/embedded"
 	"github.com/streamwal/streamwal/embedded/system"
 	"github.com/streamwal/streamwal/messages"
+	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/wire"
 )
@@ -38,8 +39,16 @@ type cluster struct {
 	js  nats.JetStreamContext
 }
 
-// newCluster starts a cluster (one coordinator, one node, 16 PChannels)
-// on a fresh server with a free port and waits until it serves.
+// testPChannels is the PChannel count of the clusters newCluster starts:
+// the commands these tests run treat every PChannel alike, and a node
+// opening sixteen under -race took about twice the CPU of a whole test
+// on four. TestREADMEWalkthrough keeps the default sixteen the README
+// shows (newClusterOf).
+const testPChannels = 4
+
+// newCluster starts a cluster (one coordinator, one node, testPChannels
+// PChannels) on a fresh server with a free port and waits until it
+// serves.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
 	return newClusterWith(t, node.Config{SyncInterval: testSyncInterval})
@@ -48,10 +57,16 @@ func newCluster(t *testing.T) *cluster {
 // newClusterWith is newCluster with the node configured by cfg.
 func newClusterWith(t *testing.T, cfg node.Config) *cluster {
 	t.Helper()
+	return newClusterOf(t, testPChannels, cfg)
+}
+
+// newClusterOf is newClusterWith with pchannels PChannels.
+func newClusterOf(t *testing.T, pchannels int, cfg node.Config) *cluster {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	sys, err := system.Start(ctx, system.Options{ServerOptions: embedded.Options{StoreDir: t.TempDir(), Port: 0},
-		Node: cfg, MetricsAddr: "127.0.0.1:0"})
+		Coord: coord.Config{PChannels: pchannels}, Node: cfg, MetricsAddr: "127.0.0.1:0"})
 	require.NoError(t, err)
 	t.Cleanup(sys.Close)
 	_, err = sys.WaitServing(ctx, false)
@@ -239,12 +254,12 @@ func TestStatusSaysWhichPChannelsAreNotServing(t *testing.T) {
 				return false
 			}
 		}
-		return len(st.Channels) == 16
+		return len(st.Channels) == testPChannels
 	}, 10*time.Second, 20*time.Millisecond, "status still says serving without a node")
 	out := c.mustRun(t, "", "status")
-	require.Regexp(t, `(?m)^serving: +0 of 16 PChannels; NOT SERVING \(appends to them wait\): pchan-0, pchan-1, `, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^serving: +0 of %d PChannels; NOT SERVING \(appends to them wait\): pchan-0, pchan-1, `, testPChannels), out)
 	rows := tableRow.FindAllStringSubmatch(out, -1)
-	require.Len(t, rows, 16, out)
+	require.Len(t, rows, testPChannels, out)
 	for _, r := range rows {
 		require.Equal(t, "no", r[2], "serving")
 	}
@@ -258,10 +273,10 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	require.Regexp(t, `(?m)^coordinator: coord-\d+ \(epoch \d+, view version \d+\)$`, out)
 	require.Regexp(t, `(?m)^nodes: +node-\d+$`, out)
 	require.Regexp(t, `(?m)^cchannel: +pchan-0_vcchan$`, out)
-	require.Regexp(t, `(?m)^serving: +all 16 PChannels$`, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^serving: +all %d PChannels$`, testPChannels), out)
 	require.Regexp(t, `\| PCHANNEL \| STATE    \| SERVING \| SINCE                \| OWNER  \| TERM \| VCHANNELS \| FIRST \| LAST MESSAGEID \| LAST TIMETICK +\| CKPT AGE \|`, out)
 	rows := tableRow.FindAllStringSubmatch(out, -1)
-	require.Len(t, rows, 16, out)
+	require.Len(t, rows, testPChannels, out)
 	vchannels := 0
 	for _, r := range rows {
 		require.Equal(t, "ASSIGNED", r[1])
@@ -286,7 +301,7 @@ func TestStatusPrintsCoordinatorAndEveryPChannel(t *testing.T) {
 	require.NotEmpty(t, st.View.Leader)
 	require.NotEmpty(t, st.View.Nodes)
 	require.Equal(t, "pchan-0_vcchan", st.View.CChannel)
-	require.Len(t, st.Channels, 16)
+	require.Len(t, st.Channels, testPChannels)
 	for _, ch := range st.Channels {
 		require.Equal(t, wire.Assigned, ch.State, ch.PChannel)
 		require.True(t, ch.Serving, ch.PChannel)

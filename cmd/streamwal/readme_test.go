@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
+	"github.com/streamwal/streamwal/services/coord"
 	"github.com/streamwal/streamwal/services/node"
 	"github.com/streamwal/streamwal/services/node/recovery"
 )
@@ -218,7 +219,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	// No checkpoint before the walkthrough's status however slow the
 	// machine (the default cadence persists 10 s after a change), so
 	// that its CKPT AGE column is "-" as the README shows.
-	c := newClusterWith(t, node.Config{SyncInterval: testSyncInterval,
+	c := newClusterOf(t, coord.DefaultPChannels, node.Config{SyncInterval: testSyncInterval,
 		Recovery: node.RecoveryOptions{Cadence: recovery.Cadence{Interval: time.Hour}}})
 	var subs []natsSub
 	seen := map[string]bool{}

@@ -140,7 +140,7 @@ func TestStatusShowsCheckpointFirstMessageAndSegments(t *testing.T) {
 
 	out = c.mustRun(t, "", "status")
 	rows := tableRow.FindAllStringSubmatch(out, -1)
-	require.Len(t, rows, 16, out)
+	require.Len(t, rows, testPChannels, out)
 	row := regexp.MustCompile(`(?m)^\| ` + v.PChannel().String() + ` .*$`).FindString(out)
 	m := tableRow.FindStringSubmatch(row)
 	require.NotNil(t, m, row)
@@ -260,7 +260,7 @@ func TestAcceptLossServesAPChannelThatLostHistory(t *testing.T) {
 	require.False(t, ch.Serving)
 	out := c.mustRun(t, "", "status")
 	require.Regexp(t, `(?m)^error: +`+p+`: HISTORY_LOST: .*accept-loss.*$`, out)
-	require.Regexp(t, `(?m)^serving: +15 of 16 PChannels; NOT SERVING \(appends to them wait\): `+p+`$`, out)
+	require.Regexp(t, fmt.Sprintf(`(?m)^serving: +%d of %d PChannels; NOT SERVING \(appends to them wait\): `, testPChannels-1, testPChannels)+p+`$`, out)
 
 	out = c.mustRun(t, "", "pchannel", "accept-loss", p, "--by", "ops@test")
 	require.Contains(t, out, "recorded the consent of ops@test to serve "+p)
@@ -289,7 +289,7 @@ func TestAcceptLossRefusesBadPChannels(t *testing.T) {
 	_, err = c.run(t, "", "pchannel", "accept-loss")
 	require.ErrorContains(t, err, "accepts 1 arg")
 
-	out := c.mustRun(t, "", "pchannel", "accept-loss", "pchan-4", "--json")
+	out := c.mustRun(t, "", "pchannel", "accept-loss", "pchan-3", "--json")
 	var res struct {
 		PChannel    string              `json:"pchannel"`
 		Accepted    recovery.AcceptLoss `json:"accepted"`
@@ -297,13 +297,13 @@ func TestAcceptLossRefusesBadPChannels(t *testing.T) {
 		Consequence string              `json:"consequence"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
-	require.Equal(t, "pchan-4", res.PChannel)
+	require.Equal(t, "pchan-3", res.PChannel)
 	require.Empty(t, res.OpenError)
 	require.NotEmpty(t, res.Accepted.By)
 	require.WithinDuration(t, time.Now(), res.Accepted.At, time.Minute)
 	require.Contains(t, res.Consequence, "messages lost stay lost")
-	out = c.mustRun(t, "", "pchannel", "accept-loss", "pchan-4")
-	require.Contains(t, out, "note: pchan-4 is not refused with HISTORY_LOST now")
+	out = c.mustRun(t, "", "pchannel", "accept-loss", "pchan-3")
+	require.Contains(t, out, "note: pchan-3 is not refused with HISTORY_LOST now")
 }
 
 // Every new command explains itself.

@@ -28,7 +28,7 @@ func TestStatusWatch(t *testing.T) {
 	frames := watchHeader.Split(out, -1)[1:]
 	for _, f := range frames {
 		require.Contains(t, f, "| PCHANNEL ")
-		require.Equal(t, 16, strings.Count(f, "\n| pchan-"), "a row per PChannel: %s", f)
+		require.Equal(t, testPChannels, strings.Count(f, "\n| pchan-"), "a row per PChannel: %s", f)
 	}
 	require.NotRegexp(t, rateCell, frames[0], "no rate before a second refresh")
 	require.Regexp(t, rateCell, frames[1], "a rate from the second refresh on")
@@ -36,7 +36,7 @@ func TestStatusWatch(t *testing.T) {
 	out = c.mustRun(t, "", "status", "--watch", "--count", "2", "--interval", "50ms", "--json")
 	lines := jsonLines[client.Status](t, out)
 	require.Len(t, lines, 2)
-	require.Len(t, lines[1].Channels, 16)
+	require.Len(t, lines[1].Channels, testPChannels)
 }
 
 // TestStatusWatchFlagsAreChecked: the watch's flags are refused when they
