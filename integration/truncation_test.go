@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamwal/streamwal"
@@ -346,6 +347,8 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 	require.Len(t, vs, trShards)
 	l.c, l.vs = c, vs
 	t.Logf("VChannels %v on PChannels %v", vs, l.pchannels())
+	clock := startStoreClock(t, srv, c.Codec().Cluster(), l.pchannels())
+	l.storedAt = clock.storedAt
 
 	// Round 0, then a node crashes under load and restarts under its ID.
 	l.startRound(trAppenders, 0)
@@ -396,6 +399,7 @@ func TestTruncationLosesNothingAcknowledged(t *testing.T) {
 		require.NoError(t, err)
 		l.plain[clSentinel(v)] = clPlain{v: v, id: res[0].ID, tt: res[0].TimeTick}
 	}
+	clock.caughtUp(t, be)
 	kept := waitTruncated(t, be, l.pchannels(), written, "after the load")
 	t.Logf("the load wrote up to %v; the streams keep from %v", written, kept)
 
@@ -491,4 +495,100 @@ func trReadAll(t *testing.T, c *client.Client, v streamwal.VChannel) []*messages
 	}
 	t.Fatalf("read %s ended after %d messages without its sentinel", v, len(out))
 	return nil
+}
+
+// storeClock records when each PChannel's stream stored each message: the
+// server's clock, on which its duplicate window runs (a message's
+// TimeTick is drawn before it is sent). An ordered consumer per stream
+// reads it from its first message on, through the server's restarts,
+// before truncation archives what the load wrote (archived messages keep
+// no store time).
+type storeClock struct {
+	mu   sync.Mutex
+	at   map[streamwal.PChannel]map[messages.MessageID]time.Time
+	last map[streamwal.PChannel]messages.MessageID
+	cons []njs.ConsumeContext
+}
+
+// startStoreClock starts recording the streams of ps; it stops with t.
+func startStoreClock(t *testing.T, srv *embedded.Server, cl streamwal.Cluster, ps []streamwal.PChannel) *storeClock {
+	t.Helper()
+	nc, err := srv.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := njs.New(nc)
+	require.NoError(t, err)
+	sc := &storeClock{at: map[streamwal.PChannel]map[messages.MessageID]time.Time{}, last: map[streamwal.PChannel]messages.MessageID{}}
+	for _, p := range ps {
+		sc.at[p] = map[messages.MessageID]time.Time{}
+	}
+	for _, p := range ps {
+		cons, err := js.OrderedConsumer(testContext(t), cl.StreamName(p), njs.OrderedConsumerConfig{HeadersOnly: true})
+		require.NoError(t, err)
+		cc, err := cons.Consume(func(m njs.Msg) {
+			if md, err := m.Metadata(); err == nil {
+				sc.record(p, messages.MessageID(md.Sequence.Stream), md.Timestamp)
+			}
+		})
+		require.NoError(t, err)
+		sc.cons = append(sc.cons, cc)
+	}
+	t.Cleanup(sc.stop)
+	return sc
+}
+
+// record notes that p's stream stored id at at.
+func (sc *storeClock) record(p streamwal.PChannel, id messages.MessageID, at time.Time) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.at[p][id] = at
+	sc.last[p] = max(sc.last[p], id)
+}
+
+// stop stops the consumers.
+func (sc *storeClock) stop() {
+	for _, cc := range sc.cons {
+		cc.Stop()
+	}
+}
+
+// storedAt is when m's stream stored it (an error if it was not seen).
+func (sc *storeClock) storedAt(m *messages.ImmutableMessage) (time.Time, error) {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	at, ok := sc.at[m.PChannel()][m.ID()]
+	if !ok {
+		return time.Time{}, fmt.Errorf("no store time recorded for %s@%d", m.PChannel(), m.ID())
+	}
+	return at, nil
+}
+
+// caughtUp waits, for at most a minute, until the clock has seen every
+// message the streams hold now. A clock that does not get there leaves
+// the copies it missed to be timed by their TimeTicks.
+func (sc *storeClock) caughtUp(t *testing.T, be *jetstream.JetStream) {
+	t.Helper()
+	ctx := testContext(t)
+	deadline := time.Now().Add(time.Minute)
+	for p := range sc.at {
+		st, err := be.State(ctx, p)
+		require.NoError(t, err)
+		for !sc.reached(p, st.Last) {
+			if time.Now().After(deadline) {
+				t.Logf("the store clock of %s did not reach %d", p, st.Last)
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // polling the clock's progress
+		}
+		sc.mu.Lock()
+		t.Logf("the store clock of %s holds %d store times, through %d", p, len(sc.at[p]), sc.last[p])
+		sc.mu.Unlock()
+	}
+}
+
+// reached reports whether the clock of p has seen id.
+func (sc *storeClock) reached(p streamwal.PChannel, id messages.MessageID) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return sc.last[p] >= id
 }
