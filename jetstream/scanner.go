@@ -121,12 +121,13 @@ func newScanner(ctx context.Context, b *JetStream, p streamwal.PChannel, opts Re
 // archive's index, so that a read the stream serves (the usual case) waits
 // for one round trip to the server, not two. When the start is below the
 // archive's end, the stream's scanner is closed unused and the read starts
-// in the archive. The stream's consumer starts at its start position
-// before the index is read: an index that shows no archived message at or
-// above that position shows that no truncation removed one from the
-// stream before the consumer started (a truncation archives before it
-// removes), so the stream's scanner misses nothing that reading the index
-// first would have found.
+// in the archive. Whichever finishes first, the outcome is the one of
+// reading the index before opening the scanner: a truncation archives
+// before it removes, so an index without the start shows that nothing at
+// or above it was removed when the index was read; what a truncation
+// removes after that, before the scanner delivers it, is lost to this
+// read in either order, as to any reader that falls behind truncation
+// (the retention floor and durable positions are what keep it).
 func (b *JetStream) readStreamOrArchive(ctx context.Context, p streamwal.PChannel, opts ReadOptions) (Scanner, error) {
 	type opened struct {
 		s   *scanner
