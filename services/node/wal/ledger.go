@@ -26,11 +26,12 @@ type ledger struct {
 	pending map[messages.MessageID]*messages.ImmutableMessage
 	life    *lifecycle.Table
 	segs    *shard.Manager
-	cp      recovery.Checkpoint // as of the last message consumed
-	dirty   int                 // messages consumed since the last round
-	uploads []int64             // segments whose Flush was consumed, to store
-	stalled time.Time           // since when a gap blocks consumption
-	skipped int                 // messages that changed nothing (dropped or unknown collections, unknown segments)
+	cp      recovery.Checkpoint        // as of the last message consumed
+	last    *messages.ImmutableMessage // the last message consumed (cp.Consumed)
+	dirty   int                        // messages consumed since the last round
+	uploads []int64                    // segments whose Flush was consumed, to store
+	stalled time.Time                  // since when a gap blocks consumption
+	skipped int                        // messages that changed nothing (dropped or unknown collections, unknown segments)
 	// lifeThrough and segsThrough: the metadata restored already covers
 	// the messages up to these TimeTicks (a round that wrote the metadata
 	// but not its checkpoint leaves it ahead of the checkpoint).
@@ -107,6 +108,7 @@ func (l *ledger) skipTo(id messages.MessageID) {
 func (l *ledger) consume(m *messages.ImmutableMessage) {
 	l.next = m.ID() + 1
 	l.cp.Consumed = m.ID()
+	l.last = m
 	l.cp.TimeTick = max(l.cp.TimeTick, m.TimeTick())
 	if lc := m.LastConfirmed(); lc > 0 {
 		l.cp.MessageID = lc
