@@ -51,6 +51,7 @@ type replicator struct {
 	log  zerolog.Logger
 
 	mu     sync.Mutex
+	down   bool                     // cp.Error is linkDown's
 	cp     wire.ReplicateCheckpoint // as it stands
 	dirty  bool                     // cp differs from the record published
 	pub    wire.ReplicateCheckpoint // as last published
@@ -159,7 +160,41 @@ func (r *replicator) fail(err error) {
 	}
 	r.log.Warn().Err(err).Msg("replication attempt failed; retrying")
 	r.mu.Lock()
-	r.cp.Error, r.dirty = err.Error(), true
+	r.cp.Error, r.dirty, r.down = err.Error(), true, false
+	r.mu.Unlock()
+}
+
+// linkDown records that the connection to member dropped (err nil: it
+// was closed on purpose), so that the checkpoint record says why
+// replication does not progress while the connection tries again: a
+// reader waiting on a dropped connection fails nothing, and the lag alone
+// would not say why it grows.
+func (r *replicator) linkDown(member messages.ReplicateMember, err error) {
+	if err == nil {
+		return
+	}
+	r.log.Warn().Err(err).Str("source", string(member.Cluster)).Str("url", member.URL).Msg("connection to the source dropped; reconnecting")
+	r.mu.Lock()
+	r.cp.Error, r.dirty, r.down = fmt.Sprintf("disconnected from %s at %s: %v", member.Cluster, member.URL, err), true, true
+	r.mu.Unlock()
+}
+
+// clearError clears the error of the record as the replicator
+// progresses (under mu), except linkDown's: messages and watermarks
+// already received go on arriving after the connection dropped, and only
+// its return (linkUp) or a new attempt's connection clears that.
+func (r *replicator) clearError() {
+	if !r.down {
+		r.cp.Error = ""
+	}
+}
+
+// linkUp clears what linkDown recorded, once the connection is back.
+func (r *replicator) linkUp() {
+	r.mu.Lock()
+	if r.down {
+		r.cp.Error, r.dirty, r.down = "", true, false
+	}
 	r.mu.Unlock()
 }
 
@@ -189,7 +224,9 @@ func (r *replicator) connect(ctx context.Context, member messages.ReplicateMembe
 		return nil, err
 	}
 	opts := append([]nats.Option{nats.Name("streamwal-replicator-" + string(r.self) + "-" + r.p.String()),
-		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, r.cfg.ConnectOptions...)
+		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { r.linkDown(member, err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { r.linkUp() })}, r.cfg.ConnectOptions...)
 	if r.cfg.SourceOptions != nil {
 		opts = append(opts, r.cfg.SourceOptions(member.Cluster)...)
 	}
@@ -197,6 +234,7 @@ func (r *replicator) connect(ctx context.Context, member messages.ReplicateMembe
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect to %s at %s: %v", member.Cluster, member.URL, err)
 	}
+	r.linkUp()
 	archived, err := hasArchive(ctx, nc, member.Cluster)
 	if err != nil {
 		nc.Close()
@@ -471,7 +509,7 @@ func (r *replicator) advance(m *messages.ImmutableMessage, appended bool) {
 	if appended {
 		r.cp.Replicated++
 	}
-	r.cp.Error = ""
+	r.clearError()
 	r.dirty = true
 }
 
@@ -481,7 +519,8 @@ func (r *replicator) through(w messages.TimeTick) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w > r.cp.Through {
-		r.cp.Through, r.cp.SourceTimeTick, r.cp.Error, r.dirty = w, max(r.cp.SourceTimeTick, w), "", true
+		r.cp.Through, r.cp.SourceTimeTick, r.dirty = w, max(r.cp.SourceTimeTick, w), true
+		r.clearError()
 	}
 }
 
