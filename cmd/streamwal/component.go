@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -180,6 +181,29 @@ func checkReplicas(nc *nats.Conn, replicas int) error {
 			replicas, describeServer(nc), replicas)
 	}
 	return nil
+}
+
+// startPlaced runs start until it succeeds, fails for another reason
+// than the placement of replicas, or ctx ends. A NATS cluster that knows
+// of enough servers may still refuse a placement for a moment (a cluster
+// just started, whose JetStream peers are not all current yet: "no
+// suitable peers for placement, peer offline"); one that knows of fewer
+// servers than replicas is refused at once (see explainReplicas).
+func startPlaced[T any](ctx context.Context, log zerolog.Logger, nc *nats.Conn, replicas int, start func(context.Context) (T, error)) (T, error) {
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval, bo.MaxInterval = 250*time.Millisecond, 2*time.Second
+	for {
+		v, err := start(ctx)
+		if err == nil || !isReplicaError(err) || len(nc.Servers()) < replicas || ctx.Err() != nil {
+			return v, err
+		}
+		log.Warn().Err(err).Int("replicas", replicas).Msg("the NATS cluster cannot place the replicas yet; trying again")
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(bo.NextBackOff()):
+		}
+	}
 }
 
 // JetStream's error codes for a replica count the servers cannot keep.

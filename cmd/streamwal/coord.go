@@ -110,8 +110,10 @@ func runCoord(cmd *cobra.Command, f *coordFlags) error {
 	defer nc.Close()
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	c, err := coord.Start(startCtx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
-		Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: slices.Concat(hooks, tracing)})
+	c, err := startPlaced(startCtx, log, nc, f.replicas, func(ctx context.Context) (*coord.Coordinator, error) {
+		return coord.Start(ctx, coord.Config{Conn: nc, Cluster: cluster, ID: id, PChannels: f.pchannels,
+			Replicas: f.replicas, NodeTTL: f.nodeTTL, Logger: log, Hooks: slices.Concat(hooks, tracing)})
+	})
 	if err != nil {
 		return fmt.Errorf("start coordinator %s: %w", id, explainReplicas(err, nc, f.replicas))
 	}

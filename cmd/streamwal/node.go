@@ -202,9 +202,11 @@ func startNode(ctx context.Context, log zerolog.Logger, nc *nats.Conn, s nodeSet
 	gc, why := decideGroupCommit(ctx, nodeLog(log, s.id), nc, s.groupCommit, s.replicas)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	n, err := node.Start(startCtx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks, ReplicateOptions: s.replicate,
-		Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
-		Recovery: withReplicas(retention(s.retain, s.intervals), s.replicas)})
+	n, err := startPlaced(startCtx, nodeLog(log, s.id), nc, s.replicas, func(ctx context.Context) (*node.Node, error) {
+		return node.Start(ctx, node.Config{Conn: nc, Codec: codec, ID: s.id, Logger: log, Hooks: s.hooks, ReplicateOptions: s.replicate,
+			Backend:  jetstream.Options{Replicas: s.replicas, DuplicateWindow: s.dupWindow, GroupCommit: gc},
+			Recovery: withReplicas(retention(s.retain, s.intervals), s.replicas)})
+	})
 	if err != nil {
 		return nil, "", fmt.Errorf("start node %s: %w", s.id, explainReplicas(err, nc, s.replicas))
 	}

@@ -112,8 +112,10 @@ func startExternal(cmd *cobra.Command, cf *componentFlags, log zerolog.Logger, c
 	s.url = describeServer(s.coordNC)
 	startCtx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	s.coord, err = coord.Start(startCtx, coord.Config{Conn: s.coordNC, Cluster: cfg.cluster, ID: s.coordID,
-		PChannels: pchannels, Replicas: ns.replicas, NodeTTL: cfg.nodeTTL, Logger: log, Hooks: ns.hooks})
+	s.coord, err = startPlaced(startCtx, coordLog, s.coordNC, ns.replicas, func(ctx context.Context) (*coord.Coordinator, error) {
+		return coord.Start(ctx, coord.Config{Conn: s.coordNC, Cluster: cfg.cluster, ID: s.coordID,
+			PChannels: pchannels, Replicas: ns.replicas, NodeTTL: cfg.nodeTTL, Logger: log, Hooks: ns.hooks})
+	})
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("start coordinator: %w", explainReplicas(err, s.coordNC, ns.replicas))
