@@ -59,7 +59,7 @@ func firstID(t *testing.T, ctx context.Context, c *client.Client, p streamwal.PC
 // expired), and passes it once the subscription is deleted.
 func TestPositionsHoldTheLog(t *testing.T) {
 	s := newTruncatingSystem(t)
-	ctx, cancel := context.WithTimeout(testCtx(t), 10*time.Second)
+	ctx, cancel := context.WithTimeout(testCtx(t), 30*time.Second)
 	defer cancel()
 	c := newClient(t, s)
 	_, v := createCollection(t, ctx, c)
