@@ -52,6 +52,7 @@ type replicator struct {
 
 	mu     sync.Mutex
 	down   bool                     // cp.Error is linkDown's
+	conns  uint64                   // connections to sources opened (the newest's number)
 	cp     wire.ReplicateCheckpoint // as it stands
 	dirty  bool                     // cp differs from the record published
 	pub    wire.ReplicateCheckpoint // as last published
@@ -169,13 +170,17 @@ func (r *replicator) fail(err error) {
 // replication does not progress while the connection tries again: a
 // reader waiting on a dropped connection fails nothing, and the lag alone
 // would not say why it grows.
-func (r *replicator) linkDown(member messages.ReplicateMember, err error) {
+// Callbacks of an earlier connection than the newest (gen) change
+// nothing: they come asynchronously, possibly after its replacement.
+func (r *replicator) linkDown(gen uint64, member messages.ReplicateMember, err error) {
 	if err == nil {
 		return
 	}
 	r.log.Warn().Err(err).Str("source", string(member.Cluster)).Str("url", member.URL).Msg("connection to the source dropped; reconnecting")
 	r.mu.Lock()
-	r.cp.Error, r.dirty, r.down = fmt.Sprintf("disconnected from %s at %s: %v", member.Cluster, member.URL, err), true, true
+	if gen == r.conns {
+		r.cp.Error, r.dirty, r.down = fmt.Sprintf("disconnected from %s at %s: %v", member.Cluster, member.URL, err), true, true
+	}
 	r.mu.Unlock()
 }
 
@@ -189,10 +194,11 @@ func (r *replicator) clearError() {
 	}
 }
 
-// linkUp clears what linkDown recorded, once the connection is back.
-func (r *replicator) linkUp() {
+// linkUp clears what linkDown recorded, once connection gen is back
+// (or new).
+func (r *replicator) linkUp(gen uint64) {
 	r.mu.Lock()
-	if r.down {
+	if r.down && gen == r.conns {
 		r.cp.Error, r.dirty, r.down = "", true, false
 	}
 	r.mu.Unlock()
@@ -223,10 +229,14 @@ func (r *replicator) connect(ctx context.Context, member messages.ReplicateMembe
 	if err != nil {
 		return nil, err
 	}
+	r.mu.Lock()
+	r.conns++
+	gen := r.conns
+	r.mu.Unlock()
 	opts := append([]nats.Option{nats.Name("streamwal-replicator-" + string(r.self) + "-" + r.p.String()),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { r.linkDown(member, err) }),
-		nats.ReconnectHandler(func(*nats.Conn) { r.linkUp() })}, r.cfg.ConnectOptions...)
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) { r.linkDown(gen, member, err) }),
+		nats.ReconnectHandler(func(*nats.Conn) { r.linkUp(gen) })}, r.cfg.ConnectOptions...)
 	if r.cfg.SourceOptions != nil {
 		opts = append(opts, r.cfg.SourceOptions(member.Cluster)...)
 	}
@@ -234,7 +244,7 @@ func (r *replicator) connect(ctx context.Context, member messages.ReplicateMembe
 	if err != nil {
 		return nil, streamwal.Errorf(streamwal.CodeUnavailable, "connect to %s at %s: %v", member.Cluster, member.URL, err)
 	}
-	r.linkUp()
+	r.linkUp(gen)
 	archived, err := hasArchive(ctx, nc, member.Cluster)
 	if err != nil {
 		nc.Close()
