@@ -169,9 +169,9 @@ func (r *replicator) fail(err error) {
 // was closed on purpose), so that the checkpoint record says why
 // replication does not progress while the connection tries again: a
 // reader waiting on a dropped connection fails nothing, and the lag alone
-// would not say why it grows.
-// Callbacks of an earlier connection than the newest (gen) change
-// nothing: they come asynchronously, possibly after its replacement.
+// would not say why it grows. Callbacks of an earlier connection than
+// the newest (gen) change nothing: they come asynchronously, possibly
+// after its replacement.
 func (r *replicator) linkDown(gen uint64, member messages.ReplicateMember, err error) {
 	if err == nil {
 		return
