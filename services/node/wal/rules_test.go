@@ -1090,12 +1090,14 @@ func TestRuleFencing(t *testing.T) {
 
 	_, err := w1.Append(ctx, e.insert(v, "stale"))
 	ruleRefused(t, e, nil, streamwal.VChannel{}, tail, err, streamwal.ErrFenced)
-	require.ErrorIs(t, w1.Err(), streamwal.ErrFenced)
+	// The append's refusal may reach the caller before the WAL records
+	// its own failure: once it has stopped, its Err says fenced.
 	select {
 	case <-w1.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("a fenced WAL did not stop")
 	}
+	require.ErrorIs(t, w1.Err(), streamwal.ErrFenced)
 	_, err = w1.Append(ctx, e.insert(v, "stale again"))
 	require.ErrorIs(t, err, streamwal.ErrFenced)
 	_, err = w1.BeginTxn(ctx, v, 0)
